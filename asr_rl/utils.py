@@ -1,0 +1,64 @@
+"""Small shared helpers: atomic file writes, seeding, logging setup."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger("asr_rl")
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """One console format for every entry point (rank-0 filtering happens in the caller)."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` via a temp file in the same folder and `os.replace`, so that a reader
+    (or a crash) never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Atomically write one JSON object per line (UTF-8, non-ASCII kept readable)."""
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> None:
+    """Move a fully written temp folder into place; an existing `final_dir` is swapped out first so a
+    crash leaves either the old or the new folder, never a mix."""
+    tmp_dir, final_dir = Path(tmp_dir), Path(final_dir)
+    if final_dir.exists():
+        trash = final_dir.with_name(f".{final_dir.name}.old")
+        if trash.exists():
+            shutil.rmtree(trash)
+        os.replace(final_dir, trash)
+        os.replace(tmp_dir, final_dir)
+        shutil.rmtree(trash)
+    else:
+        os.replace(tmp_dir, final_dir)
