@@ -1,0 +1,123 @@
+"""Batches of utterances with their audio, in a seeded, resumable order.
+
+The order is a pure function of (seed, epoch): a resumed run that restores `DataPosition` draws
+exactly the batches an uninterrupted run would have drawn. Features are not computed here: the
+policy's own Hugging Face processor turns waveforms into model inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from asr_rl.data.audio import load_audio
+from asr_rl.data.manifest import Utterance
+
+
+@dataclass
+class AudioBatch:
+    """`utterances[i]` with its float32 mono waveform `waveforms[i]` `(num_samples_i,)`."""
+
+    utterances: list[Utterance]
+    waveforms: list[np.ndarray]
+    sample_rate: int = 16000
+
+    def __len__(self) -> int:
+        return len(self.utterances)
+
+    @property
+    def texts(self) -> list[str]:
+        return [u.text for u in self.utterances]
+
+    @property
+    def languages(self) -> list[str]:
+        return [u.language for u in self.utterances]
+
+    @property
+    def durations(self) -> list[float]:
+        return [len(w) / self.sample_rate for w in self.waveforms]
+
+
+def load_batch(utterances: list[Utterance], sample_rate: int = 16000) -> AudioBatch:
+    """Read the audio of `utterances` (mono, resampled to `sample_rate`)."""
+    return AudioBatch(list(utterances), [load_audio(u.audio, sample_rate) for u in utterances], sample_rate)
+
+
+@dataclass
+class DataPosition:
+    """Where the sampler is: the epoch and the index into that epoch's permutation."""
+
+    epoch: int = 0
+    index: int = 0
+
+
+@dataclass
+class UtteranceSampler:
+    """Endless seeded batches over `num_items` items, `batch_size` at a time.
+
+    Each epoch is a fresh permutation drawn from `seed + epoch` (or the natural order when
+    `shuffle` is off); an epoch's tail smaller than a batch is dropped so every batch is full, which
+    keeps GRPO's per-step shapes (and DeepSpeed's micro-batches) constant.
+    """
+
+    num_items: int
+    batch_size: int
+    seed: int = 0
+    shuffle: bool = True
+    position: DataPosition = field(default_factory=DataPosition)
+
+    def __post_init__(self) -> None:
+        if self.num_items < 1:
+            raise ValueError("cannot sample from an empty set of utterances")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.batch_size > self.num_items:
+            raise ValueError(f"batch_size {self.batch_size} is larger than the {self.num_items} utterances available")
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_items)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
+
+    def next_indices(self) -> list[int]:
+        if self.position.index + self.batch_size > self.num_items:
+            self.position = DataPosition(self.position.epoch + 1, 0)
+        start = self.position.index
+        idx = self._order(self.position.epoch)[start:start + self.batch_size]
+        self.position = DataPosition(self.position.epoch, start + self.batch_size)
+        return [int(i) for i in idx]
+
+    def state_dict(self) -> dict:
+        return asdict(self.position)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = DataPosition(**state)
+
+
+class BatchLoader:
+    """Seeded batches of `AudioBatch` from a list of utterances; `state_dict` makes it resumable."""
+
+    def __init__(self, utterances: list[Utterance], batch_size: int, seed: int = 0, shuffle: bool = True,
+                 sample_rate: int = 16000):
+        self.utterances = utterances
+        self.sample_rate = sample_rate
+        self.sampler = UtteranceSampler(len(utterances), batch_size, seed=seed, shuffle=shuffle)
+
+    def next_batch(self) -> AudioBatch:
+        return load_batch([self.utterances[i] for i in self.sampler.next_indices()], self.sample_rate)
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.position.epoch
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def iter_batches(utterances: list[Utterance], batch_size: int, sample_rate: int = 16000):
+    """One ordered pass (for evaluation), the last batch possibly smaller."""
+    for start in range(0, len(utterances), batch_size):
+        yield load_batch(utterances[start:start + batch_size], sample_rate)

@@ -1,0 +1,182 @@
+"""Manifests: one utterance per JSONL line (DESIGN.md, "Files").
+
+    {"id", "audio": path relative to the manifest or absolute, "text": reference,
+     "language": "en"|"zh"|..., "keywords": [...] (optional), "duration": seconds (optional),
+     "speaker": voice or speaker id (optional), ...any other fields are kept as metadata}
+
+`scan_manifest` checks every line and collects all problems (never stopping at the first), so that
+`asr-rl data check` can list every bad line at once; `read_manifest` is the strict form the trainers
+use: any problem is an error naming the file and line.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from asr_rl.data.audio import AudioError, audio_info
+from asr_rl.data.languages import LANGUAGE_NAMES
+
+_KNOWN_FIELDS = ("id", "audio", "text", "language", "keywords", "duration", "speaker")
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One manifest line, with `audio` resolved to an absolute path."""
+
+    id: str
+    audio: str
+    text: str
+    language: str
+    keywords: tuple[str, ...] = ()
+    duration: float | None = None
+    speaker: str | None = None
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+    source: str = ""  # "manifest.jsonl:12", for error messages downstream
+
+
+@dataclass(frozen=True)
+class Problem:
+    line: int
+    message: str
+
+
+@dataclass
+class ManifestScan:
+    """Everything `scan_manifest` found: the usable utterances, the problems and harmless notes."""
+
+    path: Path
+    utterances: list[Utterance] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
+
+    @property
+    def hours(self) -> float:
+        return sum(u.duration or 0.0 for u in self.utterances) / 3600.0
+
+    @property
+    def languages(self) -> Counter:
+        return Counter(u.language for u in self.utterances)
+
+    @property
+    def speakers(self) -> set[str]:
+        return {u.speaker for u in self.utterances if u.speaker}
+
+
+class ManifestError(ValueError):
+    """A manifest with bad lines; the message lists each as `path:line: problem`."""
+
+    def __init__(self, path: str | os.PathLike, problems: list[Problem], limit: int = 20):
+        self.path = Path(path)
+        self.problems = problems
+        shown = "\n".join(f"  {self.path}:{p.line}: {p.message}" for p in problems[:limit])
+        more = f"\n  ... and {len(problems) - limit} more" if len(problems) > limit else ""
+        super().__init__(f"manifest {self.path} has {len(problems)} bad line(s):\n{shown}{more}\n"
+                         f"Fix or remove these lines (`asr-rl data check --manifest {self.path}` lists them all).")
+
+
+def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
+                  max_duration: float | None = None) -> ManifestScan:
+    """Parse and validate every line of `path`.
+
+    With `check_audio`, each audio header is read (existence, readability, length); durations come
+    from the file, otherwise from the line's `duration` field when present.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"manifest {path} does not exist")
+    scan = ManifestScan(path=path)
+    seen: dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                utt, notes = _parse_line(raw, path, lineno, check_audio, min_duration, max_duration)
+            except _LineError as e:
+                scan.problems.append(Problem(lineno, str(e)))
+                continue
+            if utt.id in seen:
+                scan.problems.append(Problem(lineno, f"duplicate id {utt.id!r} (first on line {seen[utt.id]})"))
+                continue
+            seen[utt.id] = lineno
+            scan.utterances.append(utt)
+            scan.notes.extend(Problem(lineno, n) for n in notes)
+    return scan
+
+
+def read_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
+                  max_duration: float | None = None) -> list[Utterance]:
+    """Strict reading: every line must be usable and there must be at least one."""
+    scan = scan_manifest(path, check_audio=check_audio, min_duration=min_duration, max_duration=max_duration)
+    if scan.problems:
+        raise ManifestError(path, scan.problems)
+    if not scan.utterances:
+        raise ManifestError(path, [Problem(0, "the manifest holds no utterances")])
+    return scan.utterances
+
+
+class _LineError(ValueError):
+    pass
+
+
+def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_duration: float,
+                max_duration: float | None) -> tuple[Utterance, list[str]]:
+    try:
+        row = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise _LineError(f"malformed JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(row, dict):
+        raise _LineError(f"expected a JSON object, got {type(row).__name__}")
+    for key in ("audio", "text"):
+        if key not in row:
+            raise _LineError(f"missing `{key}`")
+    text, audio, language = row["text"], row["audio"], row.get("language")
+    if not isinstance(text, str) or not text.strip():
+        raise _LineError("empty reference `text`")
+    if not isinstance(audio, str) or not audio.strip():
+        raise _LineError("`audio` must be a non-empty path string")
+    if language is None:
+        raise _LineError("missing `language` (e.g. \"en\" or \"zh\")")
+    if language not in LANGUAGE_NAMES:
+        raise _LineError(f"unknown language {language!r}; valid codes: {', '.join(sorted(LANGUAGE_NAMES))}")
+    keywords = row.get("keywords") or []
+    if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
+        raise _LineError("`keywords` must be a list of strings")
+    audio_path = Path(audio) if os.path.isabs(audio) else (path.parent / audio)
+    duration, notes = _check_duration(row, audio_path, check_audio, min_duration, max_duration)
+    utt_id = str(row.get("id") or Path(audio).stem)
+    meta = {k: v for k, v in row.items() if k not in _KNOWN_FIELDS}
+    speaker = row.get("speaker")
+    return Utterance(id=utt_id, audio=str(audio_path.resolve()), text=text, language=language,
+                     keywords=tuple(keywords), duration=duration,
+                     speaker=str(speaker) if speaker is not None else None, meta=meta,
+                     source=f"{path}:{lineno}"), notes
+
+
+def _check_duration(row: dict, audio_path: Path, check_audio: bool, min_duration: float,
+                    max_duration: float | None) -> tuple[float | None, list[str]]:
+    notes: list[str] = []
+    duration = row.get("duration")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))):
+        raise _LineError(f"`duration` must be a number of seconds, got {duration!r}")
+    if check_audio:
+        try:
+            info = audio_info(audio_path)
+        except AudioError as e:
+            raise _LineError(str(e)) from None
+        duration = info.duration
+        if info.channels > 1:
+            notes.append(f"{info.channels} channels: mixed down to mono")
+        if info.sample_rate != 16000:
+            notes.append(f"sample rate {info.sample_rate} Hz: resampled at load to the model's rate")
+    if duration is not None:
+        if duration <= 0:
+            raise _LineError(f"zero-length audio {audio_path}")
+        if duration < min_duration:
+            raise _LineError(f"audio {audio_path} is {duration:.2f}s, shorter than min_duration {min_duration}s")
+        if max_duration is not None and duration > max_duration:
+            raise _LineError(f"audio {audio_path} is {duration:.1f}s, longer than max_duration {max_duration}s")
+    return (float(duration) if duration is not None else None), notes

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from asr_rl.data.batching import BatchLoader, UtteranceSampler, iter_batches
+from asr_rl.data.manifest import read_manifest
+
+
+def test_sampler_is_a_seeded_permutation_per_epoch_dropping_the_tail():
+    s = UtteranceSampler(num_items=5, batch_size=2, seed=3)
+    first = [s.next_indices() for _ in range(2)]
+    epoch1 = s.next_indices()  # only 1 left in epoch 0 -> new epoch
+    assert s.position.epoch == 1
+    assert len(set(first[0] + first[1])) == 4
+    again = UtteranceSampler(num_items=5, batch_size=2, seed=3)
+    assert [again.next_indices() for _ in range(3)] == first + [epoch1]
+    other = UtteranceSampler(num_items=5, batch_size=2, seed=4)
+    assert [other.next_indices() for _ in range(3)] != first + [epoch1]
+
+
+def test_sampler_resumes_from_its_state():
+    a = UtteranceSampler(num_items=7, batch_size=3, seed=1)
+    for _ in range(3):
+        a.next_indices()
+    state = a.state_dict()
+    expected = [a.next_indices() for _ in range(4)]
+    b = UtteranceSampler(num_items=7, batch_size=3, seed=1)
+    b.load_state_dict(state)
+    assert [b.next_indices() for _ in range(4)] == expected
+
+
+def test_sampler_rejects_impossible_sizes():
+    with pytest.raises(ValueError, match="empty"):
+        UtteranceSampler(0, 1)
+    with pytest.raises(ValueError, match="larger than the 2 utterances"):
+        UtteranceSampler(2, 3)
+
+
+def test_loader_yields_audio_with_utterances(tone_manifest):
+    utts = read_manifest(tone_manifest)
+    loader = BatchLoader(utts, batch_size=2, seed=0, shuffle=False)
+    batch = loader.next_batch()
+    assert batch.texts == ["call anna", "打开客厅的灯"]
+    assert [len(w) for w in batch.waveforms] == [8000, 16000]
+    assert batch.durations == [0.5, 1.0]
+    assert [len(b) for b in iter_batches(utts, 1)] == [1, 1]

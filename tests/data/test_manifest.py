@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import pytest
+
+from asr_rl.data.manifest import ManifestError, read_manifest, scan_manifest
+from tests.conftest import write_manifest, write_tone
+
+
+def test_reads_lines_resolving_relative_audio_against_the_manifest_folder(tone_manifest):
+    utts = read_manifest(tone_manifest)
+    assert [u.id for u in utts] == ["a", "b"]
+    assert utts[0].audio == str((tone_manifest.parent / "wavs" / "a.wav").resolve())
+    assert utts[0].keywords == ("anna",) and utts[1].speaker == "s1"
+    assert utts[0].duration == pytest.approx(0.5) and utts[1].duration == pytest.approx(1.0)
+    assert utts[1].source.endswith("m.jsonl:2")
+
+
+def test_absolute_audio_path_and_extra_fields_kept_as_metadata(tmp_path):
+    wav = write_tone(tmp_path / "x" / "a.wav")
+    m = write_manifest(tmp_path / "sub" / "m.jsonl", [
+        {"id": "a", "audio": str(wav), "text": "hi", "language": "en", "accent": "en-gb"}])
+    (u,) = read_manifest(m)
+    assert u.audio == str(wav.resolve()) and u.meta == {"accent": "en-gb"}
+
+
+def _one_bad(tmp_path, row, **kw):
+    write_tone(tmp_path / "ok.wav")
+    m = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "ok", "audio": "ok.wav", "text": "fine", "language": "en"}, row])
+    return scan_manifest(m, **kw)
+
+
+@pytest.mark.parametrize("row, message", [
+    ('{"id": "x", "audio": "ok.wav", "text": ', "malformed JSON"),
+    ('[1, 2]', "expected a JSON object"),
+    ({"id": "x", "text": "hi", "language": "en"}, "missing `audio`"),
+    ({"id": "x", "audio": "ok.wav", "language": "en"}, "missing `text`"),
+    ({"id": "x", "audio": "ok.wav", "text": "  ", "language": "en"}, "empty reference"),
+    ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "xx"}, "unknown language 'xx'; valid codes: ar,"),
+    ({"id": "x", "audio": "ok.wav", "text": "hi"}, "missing `language`"),
+    ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "en", "keywords": "anna"}, "`keywords` must be a list"),
+    ({"id": "x", "audio": "nope.wav", "text": "hi", "language": "en"}, "nope.wav does not exist"),
+    ({"id": "ok", "audio": "ok.wav", "text": "hi", "language": "en"}, "duplicate id 'ok' (first on line 1)"),
+])
+def test_each_bad_line_is_reported_with_its_line_number(tmp_path, row, message):
+    scan = _one_bad(tmp_path, row)
+    assert len(scan.utterances) == 1
+    assert [p.line for p in scan.problems] == [2]
+    assert message in scan.problems[0].message
+
+
+def test_unreadable_empty_and_zero_length_audio(tmp_path):
+    (tmp_path / "garbage.wav").write_bytes(b"this is not a wav file at all" * 10)
+    (tmp_path / "empty.wav").write_bytes(b"")
+    write_tone(tmp_path / "zero.wav", seconds=0.0)
+    m = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "g", "audio": "garbage.wav", "text": "a", "language": "en"},
+        {"id": "e", "audio": "empty.wav", "text": "a", "language": "en"},
+        {"id": "z", "audio": "zero.wav", "text": "a", "language": "en"},
+    ])
+    scan = scan_manifest(m)
+    msgs = {p.line: p.message for p in scan.problems}
+    assert "unreadable" in msgs[1] and "garbage.wav" in msgs[1]
+    assert "empty (0 bytes)" in msgs[2]
+    assert "zero-length" in msgs[3]
+
+
+def test_over_long_audio_is_a_problem_and_stereo_or_other_rates_are_notes(tmp_path):
+    write_tone(tmp_path / "long.wav", seconds=3.0)
+    write_tone(tmp_path / "stereo.wav", channels=2, sr=22050)
+    m = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "l", "audio": "long.wav", "text": "a", "language": "en"},
+        {"id": "s", "audio": "stereo.wav", "text": "a", "language": "en"},
+    ])
+    scan = scan_manifest(m, max_duration=2.0)
+    assert [p.line for p in scan.problems] == [1] and "longer than max_duration 2.0s" in scan.problems[0].message
+    notes = " | ".join(n.message for n in scan.notes)
+    assert "2 channels: mixed down" in notes and "22050 Hz" in notes
+    assert [u.id for u in scan.utterances] == ["s"]
+
+
+def test_read_manifest_raises_listing_every_bad_line(tmp_path):
+    m = write_manifest(tmp_path / "m.jsonl", ["{bad", {"audio": "x.wav", "text": "", "language": "en"}])
+    with pytest.raises(ManifestError) as err:
+        read_manifest(m)
+    text = str(err.value)
+    assert f"{m}:1: malformed JSON" in text and f"{m}:2: empty reference" in text
+    assert len(err.value.problems) == 2
+
+
+def test_empty_manifest_and_missing_manifest(tmp_path):
+    m = tmp_path / "empty.jsonl"
+    m.write_text("\n")
+    with pytest.raises(ManifestError, match="holds no utterances"):
+        read_manifest(m)
+    with pytest.raises(FileNotFoundError, match="nope.jsonl does not exist"):
+        read_manifest(tmp_path / "nope.jsonl")

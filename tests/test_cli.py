@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from asr_rl.cli import main
+from tests.conftest import write_manifest, write_tone
+
+
+def test_data_check_reports_count_hours_languages(tone_manifest, capsys):
+    assert main(["data", "check", "--manifest", str(tone_manifest)]) == 0
+    out = capsys.readouterr().out
+    assert "utterances: 2" in out and "languages:  en 1, zh 1" in out and "bad lines:  0" in out
+    assert "hours:      0.000" in out  # 1.5 s
+
+
+def test_data_check_lists_every_bad_line_and_fails(tmp_path, capsys):
+    write_tone(tmp_path / "ok.wav")
+    m = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "1", "audio": "ok.wav", "text": "good", "language": "en"},
+        "{oops",
+        {"id": "3", "audio": "missing.wav", "text": "x", "language": "en"},
+        {"id": "4", "audio": "ok.wav", "text": "", "language": "en"},
+        {"id": "5", "audio": "ok.wav", "text": "x", "language": "klingon"},
+    ])
+    assert main(["data", "check", "--manifest", str(m)]) == 1
+    out = capsys.readouterr().out
+    assert "utterances: 1" in out and "bad lines:  4" in out
+    for line, text in [(2, "malformed JSON"), (3, "missing.wav does not exist"), (4, "empty reference"),
+                       (5, "unknown language 'klingon'")]:
+        (hit,) = [row for row in out.splitlines() if row.strip().startswith(f"{m}:{line}: ")]
+        assert text in hit
+
+
+def test_missing_manifest_is_a_clear_error_not_a_traceback(tmp_path, capsys):
+    assert main(["data", "check", "--manifest", str(tmp_path / "none.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "none.jsonl does not exist" in err and "Traceback" not in err
+
+
+def test_console_script_is_installed_and_runs():
+    exe = Path(sys.executable).parent / "asr-rl"
+    res = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env={**os.environ})
+    assert res.returncode == 0 and "data" in res.stdout

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass, field
+
+import pytest
+
+from asr_rl.config import ConfigError, RunConfig, config_to_dict, load_config, parse_override, replace, save_config
+
+
+@dataclass(frozen=True)
+class _Rollout:
+    n_samples_per_prompt: int = 4
+    temperature: float = 1.0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Cfg(RunConfig):
+    rollout: _Rollout = field(default_factory=_Rollout)
+    terms: dict[str, float] = field(default_factory=lambda: {"cer": 1.0})
+
+
+def test_defaults_come_from_the_dataclass():
+    cfg = load_config(RunConfig)
+    assert cfg.backend == "local" and cfg.seed == 42 and cfg.data.sample_rate == 16000
+
+
+def test_yaml_then_overrides_later_wins(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 7\nrollout:\n  temperature: 0.5\n  n_samples_per_prompt: 8\nterms: {cer: 1.0, keyword: 0.3}\n")
+    cfg = load_config(_Cfg, path, ["rollout.temperature=0.7", "max_steps=3", "stop=[a,b]"])
+    assert cfg.seed == 7
+    assert cfg.rollout.temperature == 0.7 and cfg.rollout.n_samples_per_prompt == 8
+    assert cfg.max_steps == 3
+    assert cfg.rollout.stop == ("a", "b")
+    assert cfg.terms == {"cer": 1.0, "keyword": 0.3}
+
+
+def test_bare_leaf_name_resolves_to_its_unique_section():
+    cfg = load_config(_Cfg, None, ["n_samples_per_prompt=16", "sample_rate=8000"])
+    assert cfg.rollout.n_samples_per_prompt == 16
+    assert cfg.data.sample_rate == 8000
+
+
+def test_top_level_keys_of_the_design_always_work():
+    over = ["pretrain=/m", "train_manifest=/t.jsonl", "prompt_data=/p.jsonl", "eval_manifest=/e.jsonl",
+            "output_dir=/o", "max_steps=5", "save_steps=2", "seed=3", "backend=ray"]
+    cfg = load_config(RunConfig, None, over)
+    assert (cfg.pretrain, cfg.train_manifest, cfg.prompt_data, cfg.eval_manifest) == ("/m", "/t.jsonl", "/p.jsonl", "/e.jsonl")
+    assert (cfg.output_dir, cfg.max_steps, cfg.save_steps, cfg.seed, cfg.backend) == ("/o", 5, 2, 3, "ray")
+
+
+def test_unknown_key_names_the_closest_valid_key():
+    with pytest.raises(ConfigError, match=r"unknown config key `n_sample_per_prompt`.*`n_samples_per_prompt`"):
+        load_config(_Cfg, None, ["n_sample_per_prompt=4"])
+
+
+def test_unknown_key_in_yaml_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("rollout:\n  temprature: 0.5\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*rollout.temprature.*rollout.temperature"):
+        load_config(_Cfg, path)
+
+
+@pytest.mark.parametrize("item, pattern", [
+    ("max_steps=abc", r"`max_steps` expects an integer, got 'abc'"),
+    ("max_steps=1.5", r"`max_steps` expects an integer"),
+    ("backend=slurm", r"`backend` expects one of 'local', 'ray'"),
+    ("rollout.temperature=hot", r"`rollout.temperature` expects a number"),
+    ("data.shuffle=maybe", r"`data.shuffle` expects true/false"),
+    ("rollout=3", r"`rollout` is a section"),
+])
+def test_wrong_type_is_an_error_naming_key_and_expected_type(item, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(_Cfg, None, [item])
+
+
+def test_int_is_accepted_for_float_and_null_for_optional():
+    cfg = load_config(_Cfg, None, ["rollout.temperature=1", "pretrain=null"])
+    assert cfg.rollout.temperature == 1.0 and isinstance(cfg.rollout.temperature, float)
+    assert cfg.pretrain is None
+
+
+def test_parse_override_forms():
+    assert parse_override("a.b=1") == ("a.b", 1)
+    assert parse_override("--max-steps=2") == ("max_steps", 2)
+    assert parse_override("x=[1, 2]") == ("x", [1, 2])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_override("novalue")
+
+
+def test_config_is_frozen_and_replace_takes_dotted_keys():
+    cfg = load_config(_Cfg)
+    with pytest.raises(FrozenInstanceError):
+        cfg.seed = 1
+    new = replace(cfg, **{"rollout.temperature": 0.3, "seed": 9})
+    assert new.rollout.temperature == 0.3 and new.seed == 9 and cfg.rollout.temperature == 1.0
+
+
+def test_saved_config_loads_back_identically(tmp_path):
+    cfg = load_config(_Cfg, None, ["rollout.stop=[x]", "terms={cer: 0.5}"])
+    save_config(cfg, tmp_path / "config.yaml")
+    again = load_config(_Cfg, tmp_path / "config.yaml")
+    assert again == cfg
+    assert config_to_dict(again)["rollout"]["stop"] == ["x"]
+
+
+def test_missing_or_non_mapping_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(RunConfig, tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(RunConfig, tmp_path / "list.yaml")
