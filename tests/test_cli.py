@@ -44,3 +44,16 @@ def test_console_script_is_installed_and_runs():
     exe = Path(sys.executable).parent / "asr-rl"
     res = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env={**os.environ})
     assert res.returncode == 0 and "data" in res.stdout
+
+
+def test_data_synth_then_check_through_the_cli(tmp_path, capsys):
+    out = tmp_path / "corpus"
+    assert main(["data", "synth", "--out", str(out), "--train", "4", "--test", "2", "--seed", "3", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "train" in printed and "test_noisy" in printed
+    assert main(["data", "check", "--manifest", str(out / "train.jsonl")]) == 0
+    report = capsys.readouterr().out
+    assert "utterances: 4" in report and "en 2, zh 2" in report and "bad lines:  0" in report
+    # the same folder with other parameters is refused, naming the folder
+    assert main(["data", "synth", "--out", str(out), "--train", "5", "--test", "2", "--quiet"]) == 2
+    assert str(out) in capsys.readouterr().err
