@@ -49,6 +49,44 @@ def _data_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_init(args: argparse.Namespace) -> int:
+    from asr_rl.models.builders import init_model
+
+    out = init_model(args.arch, args.size, args.tokenizer_from, args.out, seed=args.seed)
+    print(f"wrote {args.arch} ({args.size}) to {out}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from asr_rl.config import load_config
+
+    if args.algo == "sft":
+        from asr_rl.trainer.config import SFTConfig
+        from asr_rl.trainer.sft import train_sft
+
+        out = train_sft(load_config(SFTConfig, args.config, args.overrides))
+    else:
+        from asr_rl.trainer.rl_entry import train_rl
+
+        out = train_rl(args.algo, args.config, args.overrides)
+    print(f"final model: {out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from asr_rl.evaluation.evaluate import run_eval
+
+    sets = {}
+    for item in args.test_set:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
+        sets[name] = path
+    run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
+             device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asr-rl", description="RL fine-tuning for LLM-based speech recognition")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -72,6 +110,31 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--workers", type=int, default=None)
     synth.add_argument("--quiet", action="store_true")
     synth.set_defaults(func=_data_synth)
+
+    model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
+    init = model.add_parser("init", help="a randomly initialised audio-LLM with an offline tokenizer")
+    init.add_argument("--arch", default="qwen3_asr")
+    init.add_argument("--size", default="tiny", choices=["tiny", "small"])
+    init.add_argument("--tokenizer-from", required=True, nargs="+", help="manifest(s) whose texts make the vocabulary")
+    init.add_argument("--out", required=True)
+    init.add_argument("--seed", type=int, default=0)
+    init.set_defaults(func=_model_init)
+
+    train = sub.add_parser("train", help="sft | grpo | ppo | rm; then --config FILE and key=value overrides")
+    train.add_argument("algo", choices=["sft", "grpo", "ppo", "rm"])
+    train.add_argument("--config", default=None, help="YAML config; key=value overrides follow")
+    train.set_defaults(func=_train, accepts_overrides=True)
+
+    ev = sub.add_parser("eval", help="CER/WER, keyword recall, language accuracy per test set")
+    ev.add_argument("--model", required=True)
+    ev.add_argument("--test-set", required=True, action="append", help="NAME=PATH.jsonl (repeatable)")
+    ev.add_argument("--output", default=None)
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--num-beams", type=int, default=1)
+    ev.add_argument("--max-new-tokens", type=int, default=96)
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--quiet", action="store_true")
+    ev.set_defaults(func=_eval)
     return parser
 
 

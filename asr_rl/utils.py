@@ -19,6 +19,19 @@ def setup_logging(level: int = logging.INFO) -> None:
     """One console format for every entry point (rank-0 filtering happens in the caller)."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    os.environ.setdefault("DS_ACCELERATOR", "cpu" if not _cuda_visible() else "cuda")
+    try:  # per-shard "Writing model shards" bars drown the one progress bar that matters
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
+def _cuda_visible() -> bool:
+    """Cheap check that avoids initialising CUDA (DeepSpeed otherwise warns on every import)."""
+    return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def seed_everything(seed: int) -> None:

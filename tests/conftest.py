@@ -40,3 +40,21 @@ def tone_manifest(tmp_path: Path) -> Path:
         {"id": "a", "audio": "wavs/a.wav", "text": "call anna", "language": "en", "keywords": ["anna"]},
         {"id": "b", "audio": "wavs/b.wav", "text": "打开客厅的灯", "language": "zh", "speaker": "s1"},
     ])
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    """A real synthesised bilingual corpus: 8 train, 2 per test set (espeak-ng)."""
+    from asr_rl.data.synth import synthesize_corpus
+
+    out = tmp_path_factory.mktemp("corpus") / "c"
+    synthesize_corpus(out, langs=("en", "zh"), n_train=8, n_test=2, seed=0, workers=1, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_corpus, tmp_path_factory) -> Path:
+    """A randomly initialised tiny Qwen3-ASR folder with a tokenizer trained on `tiny_corpus`."""
+    from asr_rl.models.builders import init_model
+
+    return init_model("qwen3_asr", "tiny", [tiny_corpus / "train.jsonl"], tmp_path_factory.mktemp("m") / "tiny")

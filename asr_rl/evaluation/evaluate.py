@@ -1,0 +1,130 @@
+"""`asr-rl eval`: decode test sets with a model folder and score them.
+
+For each set: CER, WER, S/D/I, keyword recall, language accuracy, utterances, hours and real-time
+factor; a table on stdout, `report.json`, `report.md` and `<set>.hyps.jsonl` under `--output`.
+A line whose audio fails to load is reported and counted (`failed`), and the rest are scored.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from asr_rl.data.audio import AudioError, load_audio
+from asr_rl.data.manifest import Utterance, scan_manifest
+from asr_rl.evaluation.metrics import SetMetrics, UtteranceResult, score_set
+from asr_rl.utils import atomic_write_text, write_jsonl
+
+log = logging.getLogger("asr_rl.eval")
+
+
+def resolve_device(device: str) -> str:
+    """`auto` -> cuda when available; asking for cuda where there is none is an error."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} was asked for, but no CUDA device is available here; "
+                           "use --device cpu (or auto)")
+    return device
+
+
+def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_beams: int = 1,
+               max_new_tokens: int = 96, progress: bool = False) -> list[UtteranceResult]:
+    """Greedy (or beam) transcripts of `utterances`, in input order. Utterances are batched by
+    duration to limit padding; one whose audio fails to load gets `error` set."""
+    from tqdm import tqdm
+
+    results: dict[int, UtteranceResult] = {}
+    loaded = []
+    for i, u in enumerate(utterances):
+        try:
+            loaded.append((i, u, load_audio(u.audio, policy.sample_rate)))
+        except AudioError as e:
+            log.warning("%s: %s (skipped, counted as failed)", u.source or u.id, e)
+            results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e))
+    loaded.sort(key=lambda x: len(x[2]))
+    policy.eval()
+    bar = tqdm(total=len(loaded), desc="decode", disable=not progress, leave=False)
+    for start in range(0, len(loaded), batch_size):
+        chunk = loaded[start:start + batch_size]
+        prompts = policy.prepare([w for _, _, w in chunk], [u.language for _, u, _ in chunk])
+        out = policy.generate(prompts, n=1, do_sample=False, num_beams=num_beams, max_new_tokens=max_new_tokens)
+        for (i, u, wav), text in zip(chunk, out.texts):
+            lang, transcript, _ = policy.parse(text, u.language)
+            results[i] = UtteranceResult(u.id, u.text, transcript, u.language, u.keywords,
+                                         predicted_language=None if policy.force_language else lang,
+                                         duration=len(wav) / policy.sample_rate)
+        bar.update(len(chunk))
+    bar.close()
+    return [results[i] for i in range(len(utterances))]
+
+
+def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_beams: int = 1,
+                      max_new_tokens: int = 96, max_utterances: int | None = None,
+                      progress: bool = False) -> tuple[SetMetrics, list[UtteranceResult]]:
+    scan = scan_manifest(manifest, check_audio=False)
+    for p in scan.problems:
+        log.warning("%s:%d: %s (skipped, counted as failed)", manifest, p.line, p.message)
+    utts = scan.utterances[:max_utterances] if max_utterances else scan.utterances
+    if not utts and not scan.problems:
+        raise ValueError(f"test set {manifest} is empty: it holds no utterances")
+    start = time.perf_counter()
+    results = transcribe(policy, utts, batch_size, num_beams, max_new_tokens, progress)
+    seconds = time.perf_counter() - start
+    results += [UtteranceResult(f"line{p.line}", "", "", "", error=p.message) for p in scan.problems]
+    return score_set(results, decode_seconds=seconds), results
+
+
+def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
+             batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
+             force_language: bool | None = None, progress: bool = True) -> dict[str, SetMetrics]:
+    """Evaluate `model` on each named test set; write reports under `output` when given."""
+    from asr_rl.models.audio_policy import AudioPolicy
+
+    for name, path in test_sets.items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"test set {name}={path}: file does not exist")
+    policy = AudioPolicy.from_pretrained(model, device=resolve_device(device))
+    if force_language is not None:
+        policy.force_language = force_language
+    report: dict[str, SetMetrics] = {}
+    for name, path in test_sets.items():
+        metrics, results = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress)
+        report[name] = metrics
+        if output is not None:
+            write_jsonl(Path(output) / f"{name}.hyps.jsonl", (asdict(r) for r in results))
+    if output is not None:
+        write_reports(report, Path(output), model=str(model))
+    print(format_table(report))
+    return report
+
+
+def format_table(report: dict[str, SetMetrics]) -> str:
+    head = f"{'test set':<14}{'utts':>6}{'failed':>7}{'hours':>8}{'CER%':>8}{'WER%':>8}{'S/D/I':>16}{'kw rec%':>9}{'lang acc%':>10}{'RTF':>7}"
+    rows = [head, "-" * len(head)]
+    for name, m in report.items():
+        rows.append(f"{name:<14}{m.utterances:>6}{m.failed:>7}{m.hours:>8.3f}{_pct(m.cer):>8}{_pct(m.wer):>8}"
+                    f"{f'{m.substitutions}/{m.deletions}/{m.insertions}':>16}{_pct(m.keyword_recall):>9}"
+                    f"{_pct(m.language_accuracy):>10}{(f'{m.rtf:.3f}' if m.rtf is not None else '-'):>7}")
+    return "\n".join(rows)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"
+
+
+def write_reports(report: dict[str, SetMetrics], output: Path, model: str) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output / "report.json", json.dumps(
+        {"model": model, "test_sets": {k: v.to_dict() for k, v in report.items()}}, indent=2))
+    lines = [f"# Evaluation of `{model}`", "", "| test set | utts | failed | hours | CER % | WER % | S/D/I | "
+             "keyword recall % | language acc % | RTF |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, m in report.items():
+        lines.append(f"| {name} | {m.utterances} | {m.failed} | {m.hours:.3f} | {_pct(m.cer)} | {_pct(m.wer)} | "
+                     f"{m.substitutions}/{m.deletions}/{m.insertions} | {_pct(m.keyword_recall)} | "
+                     f"{_pct(m.language_accuracy)} | {f'{m.rtf:.3f}' if m.rtf is not None else '-'} |")
+    atomic_write_text(output / "report.md", "\n".join(lines) + "\n")

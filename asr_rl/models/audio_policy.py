@@ -1,0 +1,234 @@
+"""The audio policy: a Hugging Face audio-LLM plus its processor, as RL needs it.
+
+Encode each utterance once (audio encoder + projector), splice the audio embeddings into the prompt
+embeddings, then reuse those prompt embeddings for every one of the group's `n` samples and for the
+log-probabilities of any given transcripts. The encoder runs without grad when it is frozen, so an
+RL step pays for it once per utterance, not once per sample (ENVIRONMENT.md measured that
+recomputing the shared audio prefix dominated a naive GRPO step).
+
+Sampling and scoring share one distribution: both divide logits by the sampling temperature and
+forbid the same tokens (PAD, `<|im_start|>`, audio tokens), because a sampled audio placeholder
+breaks the model's placeholder check and a forbidden token's -inf would poison the ratio.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from asr_rl.models.audio_llm import AudioLLMSpec, AudioPrompts, spec_for
+
+_MASKED_LOGIT = -1e9  # finite, so that p * log p stays 0 (not NaN) for forbidden tokens
+
+
+@dataclass
+class Responses:
+    """Sampled or given transcripts for B * n sequences (row `b * n + j` is sample j of utterance b).
+
+    Attributes:
+        ids: `(B*n, T)` response token ids, right-padded with the pad id, EOS included when emitted.
+        mask: `(B*n, T)` 1 for real response tokens (EOS included).
+        texts: decoded responses (special tokens kept, EOS/pad removed).
+    """
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    texts: list[str]
+
+
+class AudioPolicy(nn.Module):
+    def __init__(self, model: nn.Module, processor, force_language: bool = False, sample_rate: int = 16000):
+        super().__init__()
+        self.model = model
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.spec: AudioLLMSpec = spec_for(model.config.model_type)
+        self.force_language = force_language
+        self.sample_rate = sample_rate
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id
+        self.forbidden_ids = sorted(self._forbidden_token_ids())
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                        **kwargs) -> "AudioPolicy":
+        from transformers import AutoConfig, AutoModelForSpeechSeq2Seq, AutoProcessor  # noqa: F401
+
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model folder {path} does not exist or has no config.json")
+        config = AutoConfig.from_pretrained(path)
+        spec_for(config.model_type)  # clear error for a folder that is not an audio-LLM
+        model = _model_class(config).from_pretrained(path, dtype=dtype).to(device)
+        processor = AutoProcessor.from_pretrained(path)
+        return cls(model, processor, **kwargs)
+
+    def _forbidden_token_ids(self) -> set[int]:
+        tok = self.tokenizer
+        ids = {tok.pad_token_id, *getattr(self.processor, "audio_token_ids", [])}
+        for name in ("<|im_start|>", "<|endoftext|>"):
+            tid = tok.convert_tokens_to_ids(name)
+            if isinstance(tid, int) and tid != tok.unk_token_id:
+                ids.add(tid)
+        ids.discard(self.eos_id)
+        ids.discard(None)
+        return ids
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ freezing
+    def freeze(self, patterns: tuple[str, ...] | None = None) -> list[str]:
+        """Freeze parameters whose names match any fnmatch pattern (default: the audio encoder).
+        Returns the frozen names."""
+        patterns = self.spec.frozen_by_default() if patterns is None else patterns
+        frozen = []
+        for name, p in self.model.named_parameters():
+            if any(fnmatch.fnmatch(name, pat) for pat in patterns):
+                p.requires_grad_(False)
+                frozen.append(name)
+        return frozen
+
+    def trainable_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+
+    @property
+    def encoder_frozen(self) -> bool:
+        return not any(p.requires_grad for p in self.spec.audio_tower(self.model).parameters())
+
+    # ------------------------------------------------------------------ inputs
+    def prepare(self, waveforms: list[np.ndarray], languages: list[str | None]) -> AudioPrompts:
+        """Processor features and prompt ids for B waveforms (float32 mono at `sample_rate`)."""
+        prompts = self.spec.prepare(self.processor, waveforms, languages, self.force_language, self.sample_rate)
+        return prompts.to(self.device)
+
+    def encode_audio(self, prompts: AudioPrompts) -> torch.Tensor:
+        """Packed audio-encoder states `(sum_i L_i, d_audio)`; no grad when the encoder is frozen."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+            return self.spec.encode_audio(self.model, prompts)
+
+    def prompt_embeds(self, prompts: AudioPrompts, audio_states: torch.Tensor) -> torch.Tensor:
+        """`(B, P, H)` prompt embeddings with the projected audio at the placeholder positions.
+        The projector runs here (with grad when trainable)."""
+        embeds = self.model.get_input_embeddings()(prompts.input_ids)
+        audio = self.spec.projector(self.model)(audio_states).to(embeds.dtype)
+        placeholder = (prompts.input_ids == self.model.config.audio_token_id).unsqueeze(-1)
+        if int(placeholder.sum()) != audio.shape[0]:
+            raise ValueError(f"prompt has {int(placeholder.sum())} audio placeholders but the encoder "
+                             f"produced {audio.shape[0]} frames")
+        return embeds.masked_scatter(placeholder.expand_as(embeds), audio)
+
+    def target_ids(self, texts: list[str], languages: list[str | None]) -> Responses:
+        """Reference transcripts as responses (the assistant turn + EOS), right-padded."""
+        targets = [self.spec.target_text(t, lang, self.force_language) for t, lang in zip(texts, languages)]
+        rows = [self.tokenizer(t, add_special_tokens=False)["input_ids"] + [self.eos_id] for t in targets]
+        return self._pad_responses(rows)
+
+    def _pad_responses(self, rows: list[list[int]]) -> Responses:
+        width = max(1, max(len(r) for r in rows))
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+            mask[i, : len(r)] = 1
+        return Responses(ids.to(self.device), mask.to(self.device), self.decode_ids(ids, mask))
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate(self, prompts: AudioPrompts, n: int = 1, *, do_sample: bool = True, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64, num_beams: int = 1,
+                 prompt_embeds: torch.Tensor | None = None) -> Responses:
+        """Sample `n` responses per utterance (or decode greedily / by beam search when `do_sample`
+        is False). The audio is encoded once; the n copies share its prompt embeddings."""
+        if prompt_embeds is None:
+            prompt_embeds = self.prompt_embeds(prompts, self.encode_audio(prompts))
+        kwargs = dict(do_sample=do_sample, max_new_tokens=max_new_tokens, num_return_sequences=n,
+                      eos_token_id=self.eos_id, pad_token_id=self.pad_id, suppress_tokens=self.forbidden_ids)
+        if do_sample:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
+        else:
+            kwargs.update(num_beams=max(num_beams, n), temperature=None, top_p=None, top_k=None)
+        out = self.model.generate(inputs_embeds=prompt_embeds, attention_mask=prompts.attention_mask, **kwargs)
+        return self.responses_from_generated(out)
+
+    def responses_from_generated(self, out: torch.Tensor) -> Responses:
+        """Generated ids (new tokens only) -> Responses, masking everything after the first EOS."""
+        is_eos = out == self.eos_id
+        after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+        mask = (~after_eos).long()
+        ids = out.masked_fill(after_eos, self.pad_id)
+        return Responses(ids, mask, self.decode_ids(ids, mask))
+
+    def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        texts = []
+        for row, m in zip(ids.tolist(), mask.tolist()):
+            toks = [t for t, keep in zip(row, m) if keep and t not in (self.eos_id, self.pad_id)]
+            texts.append(self.tokenizer.decode(toks, skip_special_tokens=False))
+        return texts
+
+    def parse(self, text: str, language: str | None) -> tuple[str | None, str, bool]:
+        """Response text -> (language name or None, transcript, well_formed)."""
+        if self.force_language:
+            from asr_rl.data.languages import LANGUAGE_NAMES
+
+            return LANGUAGE_NAMES.get(language or "", None), text.strip(), True
+        return self.spec.parse_output(text)
+
+    # ------------------------------------------------------------------ scoring
+    def response_logits(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
+                        n: int = 1) -> torch.Tensor:
+        """Logits `(B*n, T, V)` that predict each response token, teacher-forced.
+
+        `prompt_embeds` `(B, P, H)` is shared by the n responses of each utterance (rows b*n..b*n+n-1).
+        Only the response positions go through the LM head.
+        """
+        if n > 1:
+            prompt_embeds = prompt_embeds.repeat_interleave(n, dim=0)
+            prompt_mask = prompt_mask.repeat_interleave(n, dim=0)
+        resp_embeds = self.model.get_input_embeddings()(responses.ids)
+        embeds = torch.cat([prompt_embeds, resp_embeds.to(prompt_embeds.dtype)], dim=1)
+        mask = torch.cat([prompt_mask, responses.mask.to(prompt_mask.dtype)], dim=1)
+        hidden = self.spec.language_model(self.model)(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+        P, T = prompt_embeds.shape[1], responses.ids.shape[1]
+        # position P-1+t predicts response token t
+        logits = self.model.lm_head(hidden[:, P - 1: P - 1 + T]).float()
+        return logits.index_fill(-1, torch.as_tensor(self.forbidden_ids, device=logits.device), _MASKED_LOGIT)
+
+    def logprobs(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses, n: int = 1,
+                 temperature: float = 1.0, with_entropy: bool = False):
+        """Per-token log-probabilities `(B*n, T)` of the responses (0 at padding), and optionally the
+        per-token entropy `(B*n, T)` of the same (temperature-scaled) distribution."""
+        logits = self.response_logits(prompt_embeds, prompt_mask, responses, n)
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, responses.ids.unsqueeze(-1)).squeeze(-1)
+        logp = logp.masked_fill(responses.mask == 0, 0.0)
+        if not with_entropy:
+            return logp
+        entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(responses.mask == 0, 0.0)
+        return logp, entropy
+
+    # ------------------------------------------------------------------ saving
+    def save_pretrained(self, path: str | Path) -> None:
+        """A plain Hugging Face folder (model + processor) that transformers loads with no asr-rl code."""
+        from asr_rl.models.lora import has_lora, merged_copy
+
+        model = merged_copy(self.model) if has_lora(self.model) else self.model
+        model.save_pretrained(path)
+        self.processor.save_pretrained(path)
+
+
+def _model_class(config):
+    from transformers import AutoModelForImageTextToText, Qwen3ASRForConditionalGeneration
+
+    if config.model_type == "qwen3_asr":
+        return Qwen3ASRForConditionalGeneration
+    return AutoModelForImageTextToText

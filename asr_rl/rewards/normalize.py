@@ -1,0 +1,77 @@
+"""Text normalisation before scoring, shared by the rewards and `asr-rl eval`, so that a reward and
+the evaluation never disagree about what counts as an error.
+
+    casefold; NFKC (full-width ASCII -> half-width, compatibility forms); punctuation removed (ASCII
+    and CJK: 。，？！、 ...); whitespace collapsed; no spaces between two CJK characters.
+
+Error rates are computed with jiwer: CER over characters (spaces count between Latin words, and
+there are none between CJK characters), WER over whitespace-separated words.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import jiwer
+
+_CJK_RANGES = (
+    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F),  # Han
+    (0x3040, 0x30FF),  # kana
+    (0xAC00, 0xD7AF),  # hangul
+)
+_SPACE_BETWEEN_CJK = re.compile(r"(?<=[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af])\s+"
+                                r"(?=[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af])")
+
+
+def is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def normalize_text(text: str) -> str:
+    """The canonical form both references and hypotheses are scored in.
+
+    >>> normalize_text("Call ＡＮＮＡ, now!")
+    'call anna now'
+    >>> normalize_text("打开 客厅 的灯。")
+    '打开客厅的灯'
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    # Apostrophes inside words ("don't") are kept; other punctuation becomes a space.
+    text = "".join(ch if ch == "'" or not unicodedata.category(ch).startswith(("P", "S")) else " " for ch in text)
+    text = re.sub(r"(?<!\w)'|'(?!\w)", " ", text)
+    text = " ".join(text.split())
+    return _SPACE_BETWEEN_CJK.sub("", text)
+
+
+def char_errors(ref: str, hyp: str) -> tuple[int, int, int, int]:
+    """(substitutions, deletions, insertions, reference length) over characters of normalised text."""
+    ref_n, hyp_n = normalize_text(ref), normalize_text(hyp)
+    if not ref_n:
+        return 0, 0, len(hyp_n), 0
+    if not hyp_n:
+        return 0, len(ref_n), 0, len(ref_n)
+    out = jiwer.process_characters(ref_n, hyp_n)
+    return out.substitutions, out.deletions, out.insertions, len(ref_n)
+
+
+def word_errors(ref: str, hyp: str) -> tuple[int, int, int, int]:
+    """(substitutions, deletions, insertions, reference words) over words of normalised text."""
+    ref_w, hyp_n = normalize_text(ref).split(), normalize_text(hyp)
+    if not ref_w:
+        return 0, 0, len(hyp_n.split()), 0
+    if not hyp_n:
+        return 0, len(ref_w), 0, len(ref_w)
+    out = jiwer.process_words(" ".join(ref_w), hyp_n)
+    return out.substitutions, out.deletions, out.insertions, len(ref_w)
+
+
+def cer(ref: str, hyp: str) -> float:
+    """Character error rate of one pair (may exceed 1 with many insertions)."""
+    s, d, i, n = char_errors(ref, hyp)
+    return (s + d + i) / max(n, 1)
+
+
+def wer(ref: str, hyp: str) -> float:
+    s, d, i, n = word_errors(ref, hyp)
+    return (s + d + i) / max(n, 1)

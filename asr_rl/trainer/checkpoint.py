@@ -1,0 +1,153 @@
+"""Checkpoints: a Hugging Face folder per saved step, with the resume state beside the weights.
+
+    <output_dir>/checkpoints/step_000050/    config.json, model.safetensors, processor files
+                                            trainer_state/state.pt   (optimizer, scheduler, step,
+                                                                      RNG, data position, extras)
+    <output_dir>/checkpoints/latest          name of the newest complete checkpoint
+    <output_dir>/final/                      the last weights, a plain HF folder
+
+Each folder is written to a temp folder and renamed into place, so a crash leaves the previous
+checkpoint intact and never a half-written one; `transformers` ignores the extra `trainer_state/`.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asr_rl.utils import atomic_write_text, replace_dir
+
+STATE_DIR = "trainer_state"
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(output_dir: str | Path, step: int, save_model: Callable[[Path], None], state: dict,
+                    max_ckpt_num: int = 2, save_state: Callable[[Path], None] | None = None) -> Path:
+    """Write `checkpoints/step_<step>` atomically and prune older ones beyond `max_ckpt_num`.
+
+    `save_model(folder)` writes the HF files; `state` (torch-serialisable) is the resume state;
+    `save_state(folder)` may add engine-specific state (e.g. DeepSpeed's) to `trainer_state/`.
+    """
+    root = Path(output_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.tmp"))
+    try:
+        save_model(tmp)
+        (tmp / STATE_DIR).mkdir(exist_ok=True)
+        torch.save(state, tmp / STATE_DIR / "state.pt")
+        if save_state is not None:
+            save_state(tmp / STATE_DIR)
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    atomic_write_text(root / "latest", final.name + "\n")
+    for old in list_checkpoints(output_dir)[:-max(1, max_ckpt_num)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def kill_if_requested(step: int) -> None:
+    """Fault injection for resume tests: `ASR_RL_KILL_AFTER_STEP=N` makes the process SIGKILL itself
+    right after step N's checkpoint, like an OOM kill or a preempted node (no cleanup runs)."""
+    target = os.environ.get("ASR_RL_KILL_AFTER_STEP")
+    if target and int(target) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def save_final(output_dir: str | Path, save_model: Callable[[Path], None]) -> Path:
+    """Write `<output_dir>/final` (weights only) atomically."""
+    final = Path(output_dir) / "final"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".final.tmp"))
+    try:
+        save_model(tmp)
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete step checkpoints, oldest first (temp folders are never matched)."""
+    root = Path(output_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_RE.match(p.name))
+             and (p / STATE_DIR / "state.pt").is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def resolve_resume(output_dir: str | Path, resume: str) -> Path | None:
+    """`auto`: the newest checkpoint in `output_dir` (or None); `none`: None; else that path."""
+    if resume in ("none", "", "false", "False"):
+        return None
+    if resume == "auto":
+        found = list_checkpoints(output_dir)
+        return found[-1] if found else None
+    path = Path(resume)
+    if not (path / STATE_DIR / "state.pt").is_file():
+        raise FileNotFoundError(f"resume={resume}: {path} is not a checkpoint folder with {STATE_DIR}/state.pt")
+    return path
+
+
+def policy_resume_weights(policy) -> dict | None:
+    """What the HF folder cannot restore: with LoRA the folder holds merged weights, so the
+    trainable tensors (adapters, projector) are kept by name in the resume state."""
+    from asr_rl.models.lora import has_lora
+
+    if not has_lora(policy.model):
+        return None
+    return {n: p.detach().cpu().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+
+
+def restore_policy_weights(policy, ckpt: str | Path, trainable: dict | None) -> None:
+    """Load the weights a checkpoint was saved with into the (already built) policy."""
+    if trainable is not None:
+        params = dict(policy.model.named_parameters())
+        missing = sorted(set(trainable) - set(params))
+        if missing:
+            raise ValueError(f"checkpoint {ckpt} has trainable tensors the policy lacks: {missing[:5]}")
+        with torch.no_grad():
+            for name, value in trainable.items():
+                params[name].copy_(value)
+        return
+    reloaded = type(policy.model).from_pretrained(ckpt, dtype=next(policy.model.parameters()).dtype)
+    policy.model.load_state_dict(reloaded.state_dict())
+
+
+def load_state(ckpt: str | Path) -> dict:
+    return torch.load(Path(ckpt) / STATE_DIR / "state.pt", map_location="cpu", weights_only=False)
+
+
+def cleanup_stale_temps(output_dir: str | Path) -> None:
+    """Remove temp folders a killed run left behind (never a complete checkpoint)."""
+    root = Path(output_dir) / "checkpoints"
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith(".") and ".tmp" in p.name:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+__all__ = ["save_checkpoint", "save_final", "list_checkpoints", "resolve_resume", "load_state", "rng_state",
+           "set_rng_state", "cleanup_stale_temps", "policy_resume_weights", "kill_if_requested", "restore_policy_weights", "STATE_DIR"]

@@ -1,0 +1,149 @@
+"""`asr-rl train sft`: supervised fine-tuning of the audio policy on a manifest.
+
+Loss: cross-entropy on the assistant turn's tokens only (language tag, transcript, EOS), plus
+`ctc_weight` x CTC on the audio encoder output (trainer/ctc.py), with noise and SpecAugment. One
+process here; the distributed backend plugs into the same `sft_loss`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from asr_rl.data.batching import AudioBatch, BatchLoader
+from asr_rl.data.manifest import read_manifest
+from asr_rl.trainer.augment import add_noise, spec_augment
+from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, policy_resume_weights, restore_policy_weights, rng_state,
+                                      save_checkpoint, save_final, set_rng_state)
+from asr_rl.trainer.common import build_optimizer, build_scheduler, load_policy, make_logger, setup_run
+from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.ctc import CTCHead
+
+log = logging.getLogger("asr_rl.sft")
+
+
+def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig,
+             rng: np.random.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy (+ CTC) of one micro-batch; augmentation only when `rng` is given."""
+    waveforms = add_noise(batch.waveforms, cfg.augment, rng) if rng is not None else batch.waveforms
+    prompts = policy.prepare(waveforms, batch.languages)
+    if rng is not None:
+        prompts.input_features = spec_augment(prompts.input_features, prompts.input_features_mask, cfg.augment, rng)
+    states = policy.encode_audio(prompts)
+    embeds = policy.prompt_embeds(prompts, states)
+    targets = policy.target_ids(batch.texts, batch.languages)
+    logits = policy.response_logits(embeds, prompts.attention_mask, targets)
+    mask = targets.mask.bool()
+    ce = F.cross_entropy(logits[mask], targets.ids[mask])
+    metrics = {"loss/ce": ce.item(), "tokens": int(mask.sum())}
+    loss = ce
+    if ctc_head is not None and cfg.ctc_weight > 0:
+        lengths = (prompts.input_ids == policy.model.config.audio_token_id).sum(-1)
+        labels = [policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in batch.texts]
+        ctc = ctc_head(states, lengths, labels)
+        loss = loss + cfg.ctc_weight * ctc
+        metrics["loss/ctc"] = ctc.item()
+    metrics["loss/total"] = loss.item()
+    return loss, metrics
+
+
+def train_sft(cfg: SFTConfig):
+    """Run SFT to `max_steps` (or `max_minutes`), checkpointing and evaluating as configured."""
+    ctx = setup_run(cfg)
+    policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
+    utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
+                         max_duration=cfg.data.max_duration)
+    ctc_head = _make_ctc_head(policy, cfg).to(ctx.device) if cfg.ctc_weight > 0 else None
+    params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
+    optimizer = build_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas)
+    scheduler = build_scheduler(optimizer, cfg.max_steps, cfg.lr_warmup_ratio, cfg.min_lr_ratio)
+    loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                         sample_rate=cfg.data.sample_rate)
+    step = 0
+    if ctx.resume_from is not None:
+        step = _restore(ctx.resume_from, policy, ctc_head, optimizer, scheduler, loader)
+    logger = make_logger(cfg, ctx, resume_step=step)
+    accum = cfg.train_batch_size // cfg.micro_train_batch_size
+    start, bar = time.perf_counter(), tqdm(total=cfg.max_steps, initial=step, desc="sft", disable=not cfg.logging.progress_bar)
+    while step < cfg.max_steps:
+        policy.train()
+        t0, metrics = time.perf_counter(), {}
+        for _ in range(accum):
+            rng = np.random.default_rng([cfg.seed, step, len(metrics)])
+            loss, m = sft_loss(policy, ctc_head, loader.next_batch(), cfg, rng)
+            (loss / accum).backward()
+            metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        metrics.update({"grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0], "epoch": loader.epoch,
+                        "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60})
+        out_of_time = cfg.max_minutes > 0 and metrics["time/elapsed_min"] >= cfg.max_minutes
+        last = step >= cfg.max_steps or out_of_time
+        if cfg.eval_manifest and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
+            metrics.update(evaluate_during_training(policy, cfg.eval_manifest, cfg.eval))
+        logger.log(step, metrics)
+        bar.update(1)
+        bar.set_postfix(loss=f"{metrics['loss/total']:.3f}")
+        if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
+            _save(ctx.output_dir, step, policy, ctc_head, optimizer, scheduler, loader, cfg.max_ckpt_num)
+            kill_if_requested(step)
+        if out_of_time:
+            log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
+            break
+    bar.close()
+    logger.close()
+    return save_final(ctx.output_dir, policy.save_pretrained)
+
+
+def evaluate_during_training(policy, manifest: str, eval_cfg) -> dict[str, float]:
+    from asr_rl.evaluation.evaluate import evaluate_manifest
+
+    was_training = policy.training
+    m, _ = evaluate_manifest(policy, manifest, batch_size=eval_cfg.eval_batch_size, num_beams=eval_cfg.num_beams,
+                             max_new_tokens=eval_cfg.max_new_tokens, max_utterances=eval_cfg.eval_max_samples or None)
+    policy.train(was_training)
+    out = {"eval/cer": m.cer}
+    if m.wer is not None:
+        out["eval/wer"] = m.wer
+    if m.keyword_recall is not None:
+        out["eval/keyword_recall"] = m.keyword_recall
+    if m.language_accuracy is not None:
+        out["eval/language_accuracy"] = m.language_accuracy
+    return out
+
+
+def _make_ctc_head(policy, cfg: SFTConfig) -> CTCHead:
+    d_audio = policy.model.config.audio_config.d_model
+    return CTCHead(d_audio, len(policy.tokenizer), blank_id=policy.pad_id, labels_per_frame=cfg.ctc_labels_per_frame)
+
+
+def _save(out, step, policy, ctc_head, optimizer, scheduler, loader, max_ckpt_num) -> None:
+    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "data": loader.state_dict(), "rng": rng_state(), "policy": policy_resume_weights(policy),
+             "ctc_head": ctc_head.state_dict() if ctc_head is not None else None}
+    save_checkpoint(out, step, policy.save_pretrained, state, max_ckpt_num=max_ckpt_num)
+
+
+def _restore(ckpt, policy, ctc_head, optimizer, scheduler, loader) -> int:
+    state = load_state(ckpt)
+    restore_policy_weights(policy, ckpt, state.get("policy"))
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    loader.load_state_dict(state["data"])
+    if ctc_head is not None and state.get("ctc_head") is not None:
+        ctc_head.load_state_dict(state["ctc_head"])
+    set_rng_state(state["rng"])
+    return int(state["step"])
+
+
+def _required(value, name: str):
+    if not value:
+        raise ValueError(f"`{name}` is not set; pass {name}=PATH")
+    return value

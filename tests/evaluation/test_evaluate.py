@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from asr_rl.cli import main
+from asr_rl.evaluation.evaluate import resolve_device, run_eval
+from tests.conftest import write_manifest
+
+
+def test_eval_writes_reports_and_counts_a_line_whose_audio_fails(tiny_model, tiny_corpus, tmp_path, capsys):
+    rows = [json.loads(x) for x in (tiny_corpus / "test_clean.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["audio"] = str(tiny_corpus / r["audio"])
+    broken = dict(rows[0], id="broken", audio=str(tmp_path / "missing.wav"))
+    manifest = write_manifest(tmp_path / "set.jsonl", rows + [broken])
+    out = tmp_path / "report"
+    report = run_eval(tiny_model, {"clean": str(manifest)}, output=out, batch_size=2, max_new_tokens=8,
+                      progress=False)
+    m = report["clean"]
+    assert m.utterances == len(rows) and m.failed == 1 and m.cer is not None and m.rtf > 0
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["test_sets"]["clean"]["failed"] == 1
+    assert "| clean |" in (out / "report.md").read_text()
+    hyps = [json.loads(x) for x in (out / "clean.hyps.jsonl").read_text().splitlines()]
+    assert [h["id"] for h in hyps][-1] == "broken" and "does not exist" in hyps[-1]["error"]
+    assert "clean" in capsys.readouterr().out
+
+
+def test_eval_cli_bad_inputs(tiny_model, tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text("")
+    assert main(["eval", "--model", str(tmp_path / "nomodel"), "--test-set", f"x={tmp_path}/t.jsonl"]) == 2
+    assert "nomodel does not exist or has no config.json" in capsys.readouterr().err
+    assert main(["eval", "--model", str(tiny_model), "--test-set", f"x={tmp_path}/missing.jsonl"]) == 2
+    assert "x=" in capsys.readouterr().err
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["eval", "--model", str(tiny_model), "--test-set", f"e={tmp_path}/empty.jsonl"]) == 2
+    assert "is empty" in capsys.readouterr().err
+    assert main(["eval", "--model", str(tiny_model), "--test-set", "noequals"]) == 2
+    assert "NAME=PATH" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_asked_where_there_is_none():
+    with pytest.raises(RuntimeError, match="no CUDA device is available"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == "cpu"

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from asr_rl.models.audio_policy import AudioPolicy
+from asr_rl.models.builders import init_model
+
+# Runs in a fresh interpreter that never imports asr_rl: the folder must be plain transformers.
+_PLAIN_LOAD = r"""
+import sys, json, numpy as np, torch
+from transformers import AutoProcessor, Qwen3ASRForConditionalGeneration
+path, out = sys.argv[1], sys.argv[2]
+assert "asr_rl" not in sys.modules
+proc = AutoProcessor.from_pretrained(path)
+model = Qwen3ASRForConditionalGeneration.from_pretrained(path).eval()
+wav = np.sin(np.arange(16000) / 16000 * 2 * np.pi * 300).astype(np.float32) * 0.3
+inp = proc.apply_transcription_request([wav], language=["English"])
+inp.pop("num_audio_tokens", None)
+with torch.no_grad():
+    logits = model(**inp).logits
+torch.save({"logits": logits, "ids": inp["input_ids"]}, out)
+"""
+
+
+def test_init_save_reload_in_plain_transformers_gives_identical_logits(tiny_model, tmp_path):
+    script = tmp_path / "load.py"
+    script.write_text(_PLAIN_LOAD)
+    res = subprocess.run([sys.executable, str(script), str(tiny_model), str(tmp_path / "o.pt")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    plain = torch.load(tmp_path / "o.pt")
+    policy = AudioPolicy.from_pretrained(tiny_model, force_language=True)
+    wav = np.sin(np.arange(16000) / 16000 * 2 * np.pi * 300).astype(np.float32) * 0.3
+    prompts = policy.prepare([wav], ["en"])
+    assert torch.equal(prompts.input_ids, plain["ids"])
+    with torch.no_grad():
+        ours = policy.model(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
+                            input_features=prompts.input_features,
+                            input_features_mask=prompts.input_features_mask).logits
+    assert torch.equal(ours, plain["logits"])
+
+
+def test_tokenizer_covers_corpus_and_language_tag_is_one_token(tiny_model, tiny_corpus):
+    policy = AudioPolicy.from_pretrained(tiny_model)
+    tok = policy.tokenizer
+    for line in (tiny_corpus / "train.jsonl").read_text(encoding="utf-8").splitlines():
+        text = json.loads(line)["text"]
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+    assert tok.tokenize("language Chinese<asr_text>") == ["language Chinese", "<asr_text>"]
+
+
+def test_init_refuses_bad_arguments(tiny_corpus, tmp_path):
+    with pytest.raises(ValueError, match="unknown size 'huge'"):
+        init_model("qwen3_asr", "huge", [tiny_corpus / "train.jsonl"], tmp_path / "a")
+    with pytest.raises(ValueError, match="unknown arch"):
+        init_model("whisper", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "b")
+    with pytest.raises(FileNotFoundError, match="nope.jsonl does not exist"):
+        init_model("qwen3_asr", "tiny", [tmp_path / "nope.jsonl"], tmp_path / "c")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(FileExistsError, match="not empty"):
+        init_model("qwen3_asr", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "full")

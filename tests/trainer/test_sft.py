@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen3ASRForConditionalGeneration
+
+from asr_rl.config import load_config
+from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.metrics import read_metrics
+from asr_rl.trainer.sft import train_sft
+
+
+def _overrides(tiny_model, tiny_corpus, out, *extra):
+    return [f"pretrain={tiny_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", f"output_dir={out}",
+            "train_batch_size=4", "micro_train_batch_size=2", "max_steps=2", "save_steps=1", "eval_steps=0",
+            "logging.tensorboard=false", "logging.progress_bar=false", *extra]
+
+
+def _cfg(tiny_model, tiny_corpus, out, *extra):
+    return load_config(SFTConfig, None, _overrides(tiny_model, tiny_corpus, out, *extra))
+
+
+def _params(path):
+    return dict(Qwen3ASRForConditionalGeneration.from_pretrained(path).named_parameters())
+
+
+def test_sft_step_changes_trainable_and_leaves_frozen_parameters(tiny_model, tiny_corpus, tmp_path):
+    final = train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "model.freeze_encoder=true", "max_steps=1",
+                           f"eval_manifest={tiny_corpus / 'dev.jsonl'}"))
+    before, after = _params(tiny_model), _params(final)
+    encoder = [n for n in before if n.startswith("model.audio_tower.")]
+    others = [n for n in before if not n.startswith("model.audio_tower.")]
+    assert encoder and all(torch.equal(before[n], after[n]) for n in encoder)
+    changed = [n for n in others if not torch.equal(before[n], after[n])]
+    assert any("multi_modal_projector" in n for n in changed) and any("language_model.layers" in n for n in changed)
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["step"] == 1 and row["loss/ce"] > 0 and row["loss/ctc"] > 0 and "eval/cer" in row
+
+
+def test_sft_trains_the_encoder_by_default_and_loss_falls(tiny_model, tiny_corpus, tmp_path):
+    final = train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "max_steps=12", "save_steps=0",
+                           "learning_rate=0.01", "augment.noise_prob=0", "augment.spec_augment=false",
+                           "data.shuffle=false", "train_batch_size=8", "micro_train_batch_size=8"))
+    before, after = _params(tiny_model), _params(final)
+    assert not torch.equal(before["model.audio_tower.conv2d1.weight"], after["model.audio_tower.conv2d1.weight"])
+    rows = read_metrics(tmp_path / "run")
+    assert rows[-1]["loss/ce"] < 0.7 * rows[0]["loss/ce"]
+
+
+def test_sft_killed_after_step_2_resumes_to_the_same_result(tiny_model, tiny_corpus, tmp_path):
+    straight = tmp_path / "straight"
+    train_sft(_cfg(tiny_model, tiny_corpus, straight, "max_steps=3"))
+    resumed = tmp_path / "resumed"
+    args = [str(a) for a in [Path(sys.executable).parent / "asr-rl", "train", "sft", *_overrides(
+        tiny_model, tiny_corpus, resumed, "max_steps=3")]]
+    killed = subprocess.run(args, env={**os.environ, "ASR_RL_KILL_AFTER_STEP": "2"}, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (resumed / "final").exists()
+    train_sft(_cfg(tiny_model, tiny_corpus, resumed, "max_steps=3", "resume=auto"))
+    a, b = read_metrics(straight), read_metrics(resumed)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for key in ("loss/ce", "loss/ctc", "grad_norm", "lr"):
+        assert b[2][key] == pytest.approx(a[2][key], rel=1e-5), key
+    pa, pb = _params(straight / "final"), _params(resumed / "final")
+    worst = max((pa[n] - pb[n]).abs().max().item() for n in pa)
+    assert worst < 1e-6, worst
+    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000003"]
+
+
+def test_sft_config_errors(tiny_model, tiny_corpus, tmp_path):
+    with pytest.raises(ValueError, match="not a multiple of micro_train_batch_size 3"):
+        _cfg(tiny_model, tiny_corpus, tmp_path, "micro_train_batch_size=3")
+    with pytest.raises(ValueError, match="`train_manifest` is not set"):
+        train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "x", "train_manifest=null"))
