@@ -1,0 +1,390 @@
+"""Advantage estimators: sequence rewards (+ per-token KL penalty) -> per-token advantages and returns.
+
+A registry of pure functions selected by OpenRLHF's `advantage_estimator` names. Each estimator takes an
+`AdvantageInputs` and returns an `AdvantageOutput`; nothing here reads a config object or touches a
+device other than the inputs'. The definitions follow OpenRLHF
+(`openrlhf/trainer/ppo_utils/experience_maker.py`: `_apply_reward_shaping`,
+`_compute_per_experience_advantages`, `_normalize_advantages`, `get_advantages_and_returns`,
+`get_cumulative_returns`; `openrlhf/models/utils.py::compute_reward`) and the papers cited per function.
+
+Layout: N = num_prompts * group_size rows, the rows of one prompt contiguous (row b*n + j is sample j of
+prompt b); T response tokens, right-padded, `response_mask` 1 on response tokens (EOS included).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class AdvantageInputs:
+    """Everything an estimator may use.
+
+    Attributes:
+        rewards: ``(N,)`` sequence-level reward per sample.
+        response_mask: ``(N, T)`` 1 for response tokens (EOS included), 0 for padding; right-padded.
+        group_size: n samples per prompt (rows of a group are contiguous).
+        values: ``(N, T)`` critic values; needed by "gae" only.
+        kl_penalty: ``(N, T)`` per-token penalty already multiplied by the KL coefficient
+            (kl_coef * kl); subtracted from the token rewards. None = no penalty.
+        gamma: discount factor.
+        lambd: GAE lambda (OpenRLHF's spelling).
+        eps: added to the group std in "group_norm".
+    """
+
+    rewards: Tensor
+    response_mask: Tensor
+    group_size: int
+    values: Tensor | None = None
+    kl_penalty: Tensor | None = None
+    gamma: float = 1.0
+    lambd: float = 1.0
+    eps: float = 1e-6
+
+
+@dataclass
+class AdvantageOutput:
+    """Attributes:
+        advantages: ``(N, T)``, zero at padding.
+        returns: ``(N, T)``, zero at padding (critic targets for "gae").
+        shaped_rewards: ``(N,)`` the sequence reward after the estimator's baseline (for logging).
+    """
+
+    advantages: Tensor
+    returns: Tensor
+    shaped_rewards: Tensor
+
+
+AdvantageFn = Callable[[AdvantageInputs], AdvantageOutput]
+_REGISTRY: dict[str, AdvantageFn] = {}
+
+# Estimators whose baseline is computed over the n samples of a prompt.
+GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator that registers an estimator under `name` (verl's `@register_adv_est`)."""
+
+    def deco(fn: AdvantageFn) -> AdvantageFn:
+        if name in _REGISTRY and _REGISTRY[name] is not fn:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    """The estimator registered as `name`; ValueError listing the valid names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown advantage_estimator {name!r}; valid: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def compute_advantages(name: str, inputs: AdvantageInputs) -> AdvantageOutput:
+    """Run estimator `name` on `inputs` after checking shapes; the only entry point trainers should use."""
+    fn = get_advantage_fn(name)
+    _check_inputs(inputs)
+    return fn(inputs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Masked statistics (torchtune `torchtune/rlhf/rewards.py`, from TRL `trl/core.py`)
+# ---------------------------------------------------------------------------------------------------
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of `x` over positions where `mask` is set.
+
+    Args:
+        x: any shape, e.g. ``(N, T)``; values at masked-out positions may be anything (NaN, -inf).
+        mask: same shape as `x`, bool or 0/1.
+        dim: reduce over this dim only; None = over all elements.
+
+    Returns:
+        Scalar (dim=None) or `x` reduced over `dim`. An empty mask gives 0, not NaN.
+    """
+    m = mask.bool()
+    # where, not x * mask: padding may hold -inf/NaN and -inf * 0 = NaN.
+    total = torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(dim=dim)
+    return total / m.sum(dim=dim).clamp(min=1)
+
+
+def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+    """Variance of `x` over positions where `mask` is set (scalar).
+
+    Args:
+        x: any shape, e.g. ``(N, T)``.
+        mask: same shape as `x`, bool or 0/1.
+        unbiased: Bessel correction n/(n-1) as torchtune/TRL; False = population variance (OpenRLHF).
+            With a single valid element the unbiased variance is reported as 0 instead of inf.
+    """
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean).pow(2), mask)
+    if unbiased:
+        count = mask.bool().sum()
+        var = torch.where(count > 1, var * count / (count - 1).clamp(min=1), torch.zeros_like(var))
+    return var
+
+
+def whiten(x: Tensor, mask: Tensor | None = None, shift_mean: bool = True, *, unbiased: bool = True) -> Tensor:
+    """Normalise `x` to unit variance over the valid positions (torchtune/TRL `whiten`).
+
+    ``(x - mean) * rsqrt(max(var, 1e-8))``; the variance floor is OpenRLHF's
+    (`var.clamp(min=1e-8).rsqrt()` in `_normalize_advantages`).
+
+    Args:
+        x: ``(N, T)`` (any shape works).
+        mask: same shape as `x`; None = all valid. Masked-out positions come back as 0.
+        shift_mean: True = result has zero mean (TRL's meaning); False = the mean is added back, only
+            the scale changes. NOTE: torchtune's copy adds the mean back when shift_mean=True, the
+            opposite of TRL; we keep TRL's meaning, which matches the flag's name.
+        unbiased: see `masked_var`; OpenRLHF's advantage normalisation uses the population variance.
+    """
+    if mask is None:
+        mask = torch.ones_like(x, dtype=torch.bool)
+    m = mask.bool()
+    mean = masked_mean(x, m)
+    var = masked_var(x, m, unbiased=unbiased)
+    out = (x - mean) * var.clamp(min=1e-8).rsqrt()
+    if not shift_mean:
+        out = out + mean
+    return torch.where(m, out, torch.zeros_like(out))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------------
+
+
+def token_rewards(seq_rewards: Tensor, mask: Tensor, kl_penalty: Tensor | None = None) -> Tensor:
+    """Per-token rewards: the sequence reward at the last response token, minus the KL penalty everywhere.
+
+    OpenRLHF `compute_reward`; the "score at the final token" convention comes from OpenAI
+    lm-human-preferences (Ziegler et al. 2019, arXiv:1909.08593).
+
+    Args:
+        seq_rewards: ``(N,)``.
+        mask: ``(N, T)`` response mask.
+        kl_penalty: ``(N, T)`` kl_coef * kl, or None.
+
+    Returns:
+        ``(N, T)``, zero at padding.
+    """
+    m = mask.bool()
+    T = m.size(1)
+    # Index of the last 1 in each row, valid for any mask (not only right-padded); a row with no
+    # response tokens gets T-1, which is masked out below.
+    last = T - 1 - m.long().flip(1).argmax(dim=1, keepdim=True)
+    out = torch.zeros(m.shape, dtype=seq_rewards.dtype, device=seq_rewards.device)
+    out.scatter_(1, last, seq_rewards.unsqueeze(1))
+    if kl_penalty is not None:
+        out = out - torch.where(m, kl_penalty.to(out.dtype), torch.zeros_like(out))
+    return torch.where(m, out, torch.zeros_like(out))
+
+
+def discounted_returns(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
+    """Reward-to-go G_t = sum_{k>=t} gamma^(k-t) r_k (REINFORCE, Williams 1992; OpenRLHF
+    `get_cumulative_returns`).
+
+    Args:
+        rewards: ``(N, T)`` per-token rewards.
+        mask: ``(N, T)`` response mask.
+        gamma: discount factor.
+
+    Returns:
+        ``(N, T)``, zero at padding.
+    """
+    m = mask.bool()
+    r = torch.where(m, rewards, torch.zeros_like(rewards))
+    if gamma == 1.0:
+        # Undiscounted: one reversed cumsum instead of a Python loop over T.
+        out = r.flip(1).cumsum(1).flip(1)
+    else:
+        out = torch.zeros_like(r)
+        running = torch.zeros_like(r[:, 0])
+        for t in reversed(range(r.size(1))):
+            running = r[:, t] + gamma * running
+            out[:, t] = running
+    return torch.where(m, out, torch.zeros_like(out))
+
+
+def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lambd: float) -> tuple[Tensor, Tensor]:
+    """Generalized Advantage Estimation (Schulman et al. 2015, arXiv:1506.02438), OpenRLHF
+    `get_advantages_and_returns`.
+
+    delta_t = r_t + gamma * V_{t+1} - V_t (V after the last token is 0);
+    A_t = delta_t + gamma * lambd * A_{t+1}; returns R_t = A_t + V_t.
+
+    Args:
+        rewards: ``(N, T)`` per-token rewards.
+        values: ``(N, T)`` critic values.
+        mask: ``(N, T)`` response mask (right-padded).
+        gamma, lambd: discount and GAE lambda.
+
+    Returns:
+        (advantages, returns), each ``(N, T)`` and zero at padding. Not whitened.
+    """
+    m = mask.bool()
+    zero = torch.zeros_like(rewards)
+    # Masking values makes V_{t+1} = 0 past the last response token, i.e. a terminal state.
+    v = torch.where(m, values.to(rewards.dtype), zero)
+    r = torch.where(m, rewards, zero)
+    adv = torch.zeros_like(r)
+    last = torch.zeros_like(r[:, 0])
+    T = r.size(1)
+    for t in reversed(range(T)):
+        next_v = v[:, t + 1] if t + 1 < T else torch.zeros_like(last)
+        delta = r[:, t] + gamma * next_v - v[:, t]
+        last = delta + gamma * lambd * last
+        adv[:, t] = last
+    adv = torch.where(m, adv, zero)
+    return adv, torch.where(m, adv + v, zero)
+
+
+def _grouped(rewards: Tensor, n: int, name: str) -> Tensor:
+    """``(N,)`` -> ``(N // n, n)``, with a ValueError naming the estimator when the layout is wrong."""
+    N = rewards.numel()
+    if n < 2:
+        raise ValueError(f"advantage_estimator {name!r} needs group_size >= 2 (n_samples_per_prompt), got {n}")
+    if N % n != 0:
+        raise ValueError(f"advantage_estimator {name!r}: {N} rewards are not a multiple of group_size {n}")
+    return rewards.view(N // n, n)
+
+
+def _reinforce_style(x: AdvantageInputs, shaped: Tensor, whiten_adv: bool) -> AdvantageOutput:
+    """Token rewards -> discounted returns; advantages = returns, or returns whitened over the batch.
+
+    gamma is used as given (default 1.0); OpenRLHF instead overrides gamma to 1.0 for the group
+    estimators with a warning, which a pure function should not do behind the caller's back.
+    """
+    tok = token_rewards(shaped, x.response_mask, x.kl_penalty)
+    ret = discounted_returns(tok, x.response_mask, x.gamma)
+    # OpenRLHF `_normalize_advantages` subtracts the masked batch mean and divides by the population
+    # std (var.clamp(min=1e-8).rsqrt()) over all valid tokens, for reinforce AND reinforce_baseline.
+    adv = whiten(ret, x.response_mask, shift_mean=True, unbiased=False) if whiten_adv else ret.clone()
+    return AdvantageOutput(advantages=adv, returns=ret, shaped_rewards=shaped)
+
+
+def _float_rewards(x: AdvantageInputs) -> Tensor:
+    # Advantages are computed in at least float32 even when rewards arrive in bf16.
+    return x.rewards.to(torch.promote_types(x.rewards.dtype, torch.float32))
+
+
+def _check_inputs(x: AdvantageInputs) -> None:
+    if x.rewards.dim() != 1:
+        raise ValueError(f"rewards must be (N,), got shape {tuple(x.rewards.shape)}")
+    if x.response_mask.dim() != 2 or x.response_mask.size(0) != x.rewards.size(0):
+        raise ValueError(f"response_mask must be (N, T) with N={x.rewards.size(0)}, got {tuple(x.response_mask.shape)}")
+    for field in ("values", "kl_penalty"):
+        t = getattr(x, field)
+        if t is not None and t.shape != x.response_mask.shape:
+            raise ValueError(f"{field} must match response_mask {tuple(x.response_mask.shape)}, got {tuple(t.shape)}")
+    bad = (~torch.isfinite(x.rewards)).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(f"rewards are NaN/inf at rows {bad[:10]}; fix the reward function, never train on them")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Estimators
+# ---------------------------------------------------------------------------------------------------
+
+
+@register_advantage("gae")
+def gae(x: AdvantageInputs) -> AdvantageOutput:
+    """PPO with a critic: GAE (Schulman et al. 2015, arXiv:1506.02438) on token rewards
+    (-kl_penalty everywhere, the sequence reward at the last token), returns = advantages + values.
+
+    Not whitened here: OpenRLHF whitens in the trainer; callers use `whiten(adv, mask, unbiased=False)`.
+
+    Args:
+        x: `AdvantageInputs` with `values` ``(N, T)`` set.
+    """
+    if x.values is None:
+        raise ValueError("gae needs a critic: values is None (pass the critic's (N, T) values, "
+                         "or pick a critic-free estimator such as group_norm or reinforce)")
+    r = _float_rewards(x)
+    tok = token_rewards(r, x.response_mask, x.kl_penalty)
+    adv, ret = gae_advantages(tok, x.values, x.response_mask, x.gamma, x.lambd)
+    return AdvantageOutput(advantages=adv, returns=ret, shaped_rewards=r)
+
+
+@register_advantage("reinforce")
+def reinforce(x: AdvantageInputs) -> AdvantageOutput:
+    """REINFORCE++ (Hu 2025, arXiv:2501.03262): no baseline; returns = discounted reward-to-go of the
+    token rewards; advantages = returns whitened over all valid tokens of the batch.
+
+    Args:
+        x: `AdvantageInputs`; `group_size` is not used.
+    """
+    return _reinforce_style(x, _float_rewards(x), whiten_adv=True)
+
+
+@register_advantage("reinforce_baseline")
+def reinforce_baseline(x: AdvantageInputs) -> AdvantageOutput:
+    """REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): r' = r - mean_group, then as "reinforce"
+    (returns whitened over the batch's valid tokens, mean subtracted again as OpenRLHF does).
+
+    OpenRLHF's reason for dropping GRPO's "/ std" in the group step: it is not needed for variance
+    reduction, and the batch-level normalisation already fixes the scale.
+
+    Args:
+        x: `AdvantageInputs` with rows grouped by prompt, group_size >= 2.
+    """
+    g = _grouped(_float_rewards(x), x.group_size, "reinforce_baseline")
+    shaped = (g - g.mean(dim=1, keepdim=True)).flatten()
+    return _reinforce_style(x, shaped, whiten_adv=True)
+
+
+@register_advantage("group_norm")
+def group_norm(x: AdvantageInputs) -> AdvantageOutput:
+    """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300): r' = (r - mean_group) / (std_group + eps),
+    then advantages = returns = reward-to-go of the token rewards (r' at the last token, minus kl_penalty).
+
+    std is the unbiased sample std (`torch.std`, correction=1), as OpenRLHF `_apply_reward_shaping`
+    (`rewards.std(-1, keepdim=True) + 1e-9`); our eps defaults to 1e-6 (verl's GRPO epsilon).
+
+    Args:
+        x: `AdvantageInputs` with rows grouped by prompt, group_size >= 2.
+    """
+    g = _grouped(_float_rewards(x), x.group_size, "group_norm")
+    shaped = ((g - g.mean(dim=1, keepdim=True)) / (g.std(dim=1, keepdim=True) + x.eps)).flatten()
+    return _reinforce_style(x, shaped, whiten_adv=False)
+
+
+@register_advantage("dr_grpo")
+def dr_grpo(x: AdvantageInputs) -> AdvantageOutput:
+    """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783):
+    r' = r - mean_group, no division by the std (which biases towards easy/hard prompts); then as
+    "group_norm". (The paper's other fix, no per-sequence length normalisation, is the loss's
+    `loss_agg_mode="seq-mean-token-sum"`.)
+
+    Args:
+        x: `AdvantageInputs` with rows grouped by prompt, group_size >= 2.
+    """
+    g = _grouped(_float_rewards(x), x.group_size, "dr_grpo")
+    shaped = (g - g.mean(dim=1, keepdim=True)).flatten()
+    return _reinforce_style(x, shaped, whiten_adv=False)
+
+
+@register_advantage("rloo")
+def rloo(x: AdvantageInputs) -> AdvantageOutput:
+    """RLOO (Ahmadian et al. 2024, arXiv:2402.14740; Kool et al. 2019, "Buy 4 REINFORCE samples, get a
+    baseline for free"): r'_j = r_j - (sum_group - r_j) / (n - 1), the mean of the other n-1 samples;
+    then as "group_norm".
+
+    Args:
+        x: `AdvantageInputs` with rows grouped by prompt, group_size >= 2.
+    """
+    n = x.group_size
+    g = _grouped(_float_rewards(x), n, "rloo")
+    shaped = (g - (g.sum(dim=1, keepdim=True) - g) / (n - 1)).flatten()
+    return _reinforce_style(x, shaped, whiten_adv=False)
+
+
+# Registration order, as OpenRLHF lists the `advantage_estimator` choices.
+ADVANTAGE_ESTIMATORS = tuple(_REGISTRY)

@@ -1,0 +1,366 @@
+"""Losses of the update step: clipped policy surrogates (a registry), KL to the reference, value and
+entropy terms, loss aggregation, and the KL-coefficient controllers.
+
+Pure functions of tensors and numbers. Every function is NaN-safe at masked positions: padding may hold
+anything (-inf log-probs included), so inputs are replaced with 0 there by `torch.where` before any
+arithmetic, which also gives exactly zero gradient at padding (multiplying -inf by a 0 mask would not).
+
+Shapes: N sequences, T response tokens; `mask` ``(N, T)`` is 1 on response tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from asr_rl.trainer.advantages import masked_mean
+
+__all__ = [
+    "LossOutput", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
+    "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "POLICY_LOSSES", "KL_ESTIMATORS", "kl_estimate",
+    "kl_loss", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
+]
+
+
+@dataclass
+class LossOutput:
+    """Attributes:
+        loss: scalar tensor (with grad).
+        metrics: python floats, keys namespaced like "policy/clip_frac".
+    """
+
+    loss: Tensor
+    metrics: dict[str, float]
+
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def _where(mask: Tensor, x: Tensor) -> Tensor:
+    """`x` with masked-out positions set to 0 (grad there is exactly 0)."""
+    return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
+    """Reduce a per-token loss to a scalar (verl `agg_loss`).
+
+    - "token-mean": sum over all valid tokens / number of valid tokens (DAPO, arXiv:2503.14476: long
+      sequences weigh by their length).
+    - "seq-mean-token-mean": mean over sequences of each sequence's token mean (GRPO paper,
+      arXiv:2402.03300); sequences with no valid token are left out of the mean.
+    - "seq-mean-token-sum": mean over all N sequences of each sequence's token sum (Dr. GRPO,
+      arXiv:2503.20783: a constant normaliser, no length bias).
+
+    Args:
+        loss_mat: ``(N, T)`` per-token loss; anything at padding.
+        mask: ``(N, T)`` response mask.
+        mode: one of `LOSS_AGG_MODES`.
+
+    Returns:
+        Scalar; 0 (still differentiable) when there is no valid token.
+    """
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {mode!r}; valid: {', '.join(LOSS_AGG_MODES)}")
+    if loss_mat.shape != mask.shape:
+        raise ValueError(f"loss_mat {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} differ in shape")
+    m = mask.bool()
+    x = _where(m, loss_mat)
+    if mode == "token-mean":
+        return x.sum() / m.sum().clamp(min=1)
+    if mode == "seq-mean-token-sum":
+        return x.sum(dim=-1).mean()
+    per_seq = x.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
+    has_tokens = m.any(dim=-1)
+    return _where(has_tokens, per_seq).sum() / has_tokens.sum().clamp(min=1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policy losses (registry)
+# ---------------------------------------------------------------------------------------------------
+
+PolicyLossFn = Callable[..., LossOutput]
+_POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+# exp() of a log-ratio above this overflows quickly; verl clamps the log-ratio to +-20 the same way.
+_MAX_LOG_RATIO = 20.0
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator that registers a policy loss under `name` (verl `@register_policy_loss`)."""
+
+    def deco(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in _POLICY_LOSSES and _POLICY_LOSSES[name] is not fn:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        _POLICY_LOSSES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """The policy loss registered as `name`; ValueError listing the valid names otherwise."""
+    try:
+        return _POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy loss {name!r}; valid: {', '.join(sorted(_POLICY_LOSSES))}") from None
+
+
+def compute_policy_loss(name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                        **kw) -> LossOutput:
+    """Run policy loss `name` (keyword options as `ppo_policy_loss`); the entry point trainers use."""
+    return get_policy_loss_fn(name)(logp, old_logp, advantages, mask, **kw)
+
+
+def _clipped_surrogate(ratio: Tensor, log_ratio: Tensor, advantages: Tensor, mask: Tensor, eps_clip_low: float,
+                       eps_clip_high: float, dual_clip: float | None, loss_agg_mode: str) -> LossOutput:
+    """Clipped surrogate shared by "ppo" and "gspo" (Schulman et al. 2017, arXiv:1707.06347, eq. 7).
+
+    loss = max(-A*r, -A*clip(r, 1-eps_low, 1+eps_high)); with dual clip (Ye et al. 2019,
+    arXiv:1912.09729, eq. 5) for A < 0: loss = min(that, -c*A), which bounds the loss when r >> 1.
+
+    Args:
+        ratio: ``(N, T)`` importance ratio (with grad), finite.
+        log_ratio: ``(N, T)`` token log(new/old) for the approx-KL metric, 0 at padding.
+        advantages: ``(N, T)``, 0 at padding.
+        mask: ``(N, T)`` bool.
+    """
+    if eps_clip_low < 0 or eps_clip_high < 0:
+        raise ValueError(f"eps_clip_low/high must be >= 0, got {eps_clip_low}, {eps_clip_high}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (Ye et al. 2019 use 3), got {dual_clip}")
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high)
+    loss_mat = torch.maximum(unclipped, clipped)
+    metrics = {"policy/clip_frac": masked_mean((clipped > unclipped).float(), mask).item()}
+    if dual_clip is not None:
+        bound = -dual_clip * advantages
+        dual_active = (advantages < 0) & (loss_mat > bound)
+        loss_mat = torch.where(advantages < 0, torch.minimum(loss_mat, bound), loss_mat)
+        metrics["policy/dual_clip_frac"] = masked_mean(dual_active.float(), mask).item()
+    loss = aggregate_loss(loss_mat, mask, loss_agg_mode)
+    with torch.no_grad():
+        # k3 with samples from the OLD policy: (r - 1) - log r estimates KL(old || new)
+        # (Schulman, http://joschu.net/blog/kl-approx.html); non-negative, low variance.
+        lr = log_ratio.detach().clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        metrics["policy/approx_kl"] = masked_mean(torch.expm1(lr) - lr, mask).item()
+        valid = ratio.detach()[mask]
+        metrics["policy/ratio_mean"] = valid.mean().item() if valid.numel() else 1.0
+        metrics["policy/ratio_max"] = valid.max().item() if valid.numel() else 1.0
+        metrics["policy/ratio_min"] = valid.min().item() if valid.numel() else 1.0
+    return LossOutput(loss=loss, metrics=metrics)
+
+
+@register_policy_loss("ppo")
+def ppo_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, eps_clip_low: float = 0.2,
+                    eps_clip_high: float = 0.2, dual_clip: float | None = None,
+                    loss_agg_mode: str = "token-mean") -> LossOutput:
+    """PPO clipped surrogate with token ratios r_t = exp(logp - old_logp) (Schulman et al. 2017,
+    arXiv:1707.06347), asymmetric clip range [1-eps_low, 1+eps_high] (DAPO clip-higher,
+    arXiv:2503.14476) and optional dual clip (Ye et al. 2019, arXiv:1912.09729).
+
+    Args:
+        logp: ``(N, T)`` log-probs of the sampled tokens under the current policy (with grad).
+        old_logp: ``(N, T)`` log-probs under the policy that sampled them.
+        advantages: ``(N, T)``.
+        mask: ``(N, T)`` response mask; any value (-inf, NaN) is allowed in the inputs at padding.
+        eps_clip_low, eps_clip_high: clip range [1 - low, 1 + high].
+        dual_clip: c > 1 bounds the loss of negative-advantage tokens at -c*A; None = off.
+        loss_agg_mode: one of `LOSS_AGG_MODES`.
+
+    Returns:
+        `LossOutput`; metrics "policy/clip_frac" (share of valid tokens where the clipped term is
+        the active one), "policy/approx_kl" (k3 of old vs new), "policy/ratio_mean|max|min", and
+        "policy/dual_clip_frac" when dual clip is on.
+    """
+    m = mask.bool()
+    log_ratio = _where(m, logp) - _where(m, old_logp)
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    return _clipped_surrogate(ratio, log_ratio, _where(m, advantages), m, eps_clip_low, eps_clip_high, dual_clip,
+                              loss_agg_mode)
+
+
+@register_policy_loss("gspo")
+def gspo_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                     eps_clip_low: float = 0.2, eps_clip_high: float = 0.2, dual_clip: float | None = None,
+                     loss_agg_mode: str = "token-mean") -> LossOutput:
+    """GSPO (Zheng et al. 2025, arXiv:2507.18071): a sequence-level ratio
+    s_i = exp(mean_t (logp - old_logp)) over the valid tokens, clipped like PPO.
+
+    Written in the paper's GSPO-token form s_i,t = sg[s_i] * exp(logp_t - sg[logp_t]): its value is
+    s_i at every token, and its gradient s_i * grad(logp_t) flows per token. With
+    loss_agg_mode="seq-mean-token-mean" and per-sequence advantages this is exactly the paper's GSPO
+    gradient; the paper's clip range is much smaller than PPO's (eps ~ 3e-4 / 4e-4).
+
+    Args:
+        logp: ``(N, T)`` current log-probs (with grad).
+        old_logp: ``(N, T)`` behaviour-policy log-probs.
+        advantages: ``(N, T)`` taken as given (sequence-level advantages broadcast over tokens).
+        mask: ``(N, T)`` response mask; anything allowed at padding.
+        eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode: as `ppo_policy_loss`.
+
+    Returns:
+        `LossOutput` with the same metrics as "ppo" (ratios are the sequence ratios, per token).
+    """
+    m = mask.bool()
+    lp = _where(m, logp)
+    log_ratio = lp - _where(m, old_logp)
+    seq_log_ratio = log_ratio.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (N,) log s_i
+    log_s = seq_log_ratio.detach().unsqueeze(-1) + lp - lp.detach()  # value log s_i, grad of logp_t
+    ratio = torch.exp(log_s.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    return _clipped_surrogate(ratio, log_ratio, _where(m, advantages), m, eps_clip_low, eps_clip_high, dual_clip,
+                              loss_agg_mode)
+
+
+POLICY_LOSSES = tuple(_POLICY_LOSSES)
+
+
+# ---------------------------------------------------------------------------------------------------
+# KL to the reference policy
+# ---------------------------------------------------------------------------------------------------
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3", clamp: float | None = 10.0) -> Tensor:
+    """Per-token estimate of KL(pi || ref) from tokens sampled by pi (Schulman, "Approximating KL
+    divergence", http://joschu.net/blog/kl-approx.html), as OpenRLHF `compute_approx_kl`.
+
+    With log_ratio = logp - ref_logp: k1 = log_ratio (unbiased, can be negative),
+    k2 = log_ratio^2 / 2, k3 = exp(-log_ratio) - 1 + log_ratio (unbiased, >= 0, low variance).
+    For k3 the log-ratio is first clamped to [-clamp, clamp] so exp() stays finite. NOTE: current
+    OpenRLHF clamps the *output* of every estimator to [-10, 10] instead; verl's "low_var_kl" clamps
+    both. Clamping the input keeps k3 exact for |log_ratio| <= clamp.
+
+    Args:
+        logp: ``(N, T)`` policy log-probs of the sampled tokens.
+        ref_logp: ``(N, T)`` reference log-probs of the same tokens.
+        estimator: one of `KL_ESTIMATORS`.
+        clamp: bound on |log_ratio| for k3; None = no clamp.
+
+    Returns:
+        ``(N, T)`` float32; padding is NOT zeroed (callers mask, and should pass finite values there).
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown kl_estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
+    # float32 as OpenRLHF: bf16 log-ratios of near-equal log-probs lose all precision.
+    log_ratio = logp.float() - ref_logp.float()
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return log_ratio.pow(2) / 2.0
+    if clamp is not None:
+        log_ratio = log_ratio.clamp(-clamp, clamp)
+    return torch.expm1(-log_ratio) + log_ratio
+
+
+def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
+            loss_agg_mode: str = "token-mean") -> LossOutput:
+    """KL-to-reference term added to the loss (GRPO's `use_kl_loss`, Shao et al. 2024, arXiv:2402.03300,
+    which uses k3); the caller multiplies by the KL coefficient.
+
+    Args:
+        logp: ``(N, T)`` policy log-probs (with grad).
+        ref_logp: ``(N, T)`` reference log-probs.
+        mask: ``(N, T)`` response mask; anything allowed at padding.
+        estimator: one of `KL_ESTIMATORS`.
+        loss_agg_mode: one of `LOSS_AGG_MODES`.
+
+    Returns:
+        `LossOutput` with metric "kl/loss".
+    """
+    m = mask.bool()
+    kl = kl_estimate(_where(m, logp), _where(m, ref_logp), estimator)
+    loss = aggregate_loss(kl, m, loss_agg_mode)
+    return LossOutput(loss=loss, metrics={"kl/loss": loss.item()})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Critic and entropy
+# ---------------------------------------------------------------------------------------------------
+
+
+def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, value_clip: float | None = 0.2,
+               loss_agg_mode: str = "token-mean") -> LossOutput:
+    """PPO clipped value loss, 0.5 * max((v - R)^2, (clip(v, v_old - c, v_old + c) - R)^2)
+    (OpenAI baselines ppo2; OpenRLHF `ValueLoss`; Engstrom et al. 2020, arXiv:2005.12729, discuss it).
+
+    Args:
+        values: ``(N, T)`` current critic values (with grad).
+        old_values: ``(N, T)`` values at rollout time.
+        returns: ``(N, T)`` targets.
+        mask: ``(N, T)`` response mask.
+        value_clip: c; None = plain 0.5 * (v - R)^2.
+        loss_agg_mode: one of `LOSS_AGG_MODES`.
+
+    Returns:
+        `LossOutput`; metrics "critic/value_clip_frac" (share of valid tokens where the clipped term
+        is the larger one) and "critic/vf_explained_var" (1 - Var[R - v] / Var[R]).
+    """
+    m = mask.bool()
+    v, v_old, ret = _where(m, values), _where(m, old_values), _where(m, returns)
+    unclipped = (v - ret).pow(2)
+    if value_clip is None:
+        loss_mat, clip_frac = unclipped, 0.0
+    else:
+        v_clipped = v_old + (v - v_old).clamp(-value_clip, value_clip)
+        clipped = (v_clipped - ret).pow(2)
+        loss_mat = torch.maximum(unclipped, clipped)
+        clip_frac = masked_mean((clipped > unclipped).float(), m).item()
+    loss = 0.5 * aggregate_loss(loss_mat, m, loss_agg_mode)
+    with torch.no_grad():
+        var_ret = masked_mean((ret - masked_mean(ret, m)).pow(2), m)
+        err = ret - v.detach()
+        var_err = masked_mean((err - masked_mean(err, m)).pow(2), m)
+        explained = (1.0 - var_err / (var_ret + 1e-8)).item()
+    return LossOutput(loss=loss, metrics={"critic/value_clip_frac": clip_frac, "critic/vf_explained_var": explained})
+
+
+def entropy_loss(entropy: Tensor, mask: Tensor, loss_agg_mode: str = "token-mean") -> Tensor:
+    """Aggregated per-token entropy; the caller subtracts coef * this (an entropy bonus, Williams & Peng
+    1991; PPO eq. 9, arXiv:1707.06347).
+
+    Args:
+        entropy: ``(N, T)`` per-token entropy of the policy.
+        mask: ``(N, T)`` response mask.
+        loss_agg_mode: one of `LOSS_AGG_MODES`.
+
+    Returns:
+        Scalar.
+    """
+    return aggregate_loss(entropy, mask, loss_agg_mode)
+
+
+# ---------------------------------------------------------------------------------------------------
+# KL coefficient controllers (OpenRLHF `kl_controller.py`)
+# ---------------------------------------------------------------------------------------------------
+
+
+class FixedKLController:
+    """Constant KL coefficient; `update` is a no-op."""
+
+    def __init__(self, kl_coef: float):
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        pass
+
+
+class AdaptiveKLController:
+    """Proportional controller that steers the measured KL towards `target` (Ziegler et al. 2019,
+    arXiv:1909.08593, section 2.2):
+
+        e = clip(current_kl / target - 1, -0.2, 0.2);  value *= 1 + e * n_steps / horizon
+    """
+
+    def __init__(self, init_kl_coef: float, target: float, horizon: int):
+        if target <= 0 or horizon <= 0:
+            raise ValueError(f"AdaptiveKLController needs target > 0 and horizon > 0, got {target}, {horizon}")
+        self.value = float(init_kl_coef)
+        self.target = float(target)
+        self.horizon = int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
