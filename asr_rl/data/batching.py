@@ -26,6 +26,10 @@ class AudioBatch:
         return len(self.utterances)
 
     @property
+    def items(self) -> list[Utterance]:
+        return self.utterances
+
+    @property
     def texts(self) -> list[str]:
         return [u.text for u in self.utterances]
 

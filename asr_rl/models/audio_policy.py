@@ -41,6 +41,19 @@ class Responses:
     texts: list[str]
 
 
+@dataclass
+class PromptRow:
+    """One prompt, unpadded, ready to be embedded again without re-running the frozen encoder.
+
+    Attributes:
+        ids: `(P_i,)` prompt token ids (audio placeholders expanded).
+        audio: `(L_i, d_audio)` audio-encoder states for this prompt's placeholders (None for text).
+    """
+
+    ids: torch.Tensor
+    audio: torch.Tensor | None = None
+
+
 class AudioPolicy(nn.Module):
     def __init__(self, model: nn.Module, processor, force_language: bool = False, sample_rate: int = 16000):
         super().__init__()
@@ -117,21 +130,49 @@ class AudioPolicy(nn.Module):
     def prompt_embeds(self, prompts: AudioPrompts, audio_states: torch.Tensor) -> torch.Tensor:
         """`(B, P, H)` prompt embeddings with the projected audio at the placeholder positions.
         The projector runs here (with grad when trainable)."""
-        embeds = self.model.get_input_embeddings()(prompts.input_ids)
+        return self._splice(prompts.input_ids, audio_states)
+
+    def _splice(self, input_ids: torch.Tensor, audio_states: torch.Tensor) -> torch.Tensor:
+        embeds = self.model.get_input_embeddings()(input_ids)
         audio = self.spec.projector(self.model)(audio_states).to(embeds.dtype)
-        placeholder = (prompts.input_ids == self.model.config.audio_token_id).unsqueeze(-1)
+        placeholder = (input_ids == self.model.config.audio_token_id).unsqueeze(-1)
         if int(placeholder.sum()) != audio.shape[0]:
             raise ValueError(f"prompt has {int(placeholder.sum())} audio placeholders but the encoder "
                              f"produced {audio.shape[0]} frames")
         return embeds.masked_scatter(placeholder.expand_as(embeds), audio)
 
+    @torch.no_grad()
+    def encode_prompts(self, waveforms: list[np.ndarray], languages: list[str | None]) -> list[PromptRow]:
+        """Run processor and (frozen) encoder once; keep each prompt's ids and audio states."""
+        prompts = self.prepare(waveforms, languages)
+        states = self.encode_audio(prompts)
+        counts = (prompts.input_ids == self.model.config.audio_token_id).sum(-1).tolist()
+        per_row = torch.split(states, counts, dim=0)
+        return [PromptRow(ids[m.bool()], a) for ids, m, a in zip(prompts.input_ids, prompts.attention_mask, per_row)]
+
+    def encode_batch(self, batch) -> list[PromptRow]:
+        """Prompt rows for an `AudioBatch` (the loop's backend-independent entry point)."""
+        return self.encode_prompts(batch.waveforms, batch.languages)
+
+    def embed_rows(self, rows: list[PromptRow]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded `(B, P, H)` prompt embeddings and `(B, P)` mask for prompt rows; the projector
+        runs here, with grad when trainable."""
+        width = max(len(r.ids) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r.ids):] = r.ids
+            mask[i, width - len(r.ids):] = 1
+        states = torch.cat([r.audio for r in rows], dim=0)
+        return self._splice(ids, states), mask
+
     def target_ids(self, texts: list[str], languages: list[str | None]) -> Responses:
         """Reference transcripts as responses (the assistant turn + EOS), right-padded."""
         targets = [self.spec.target_text(t, lang, self.force_language) for t, lang in zip(texts, languages)]
         rows = [self.tokenizer(t, add_special_tokens=False)["input_ids"] + [self.eos_id] for t in targets]
-        return self._pad_responses(rows)
+        return self.pad_responses(rows)
 
-    def _pad_responses(self, rows: list[list[int]]) -> Responses:
+    def pad_responses(self, rows: list[list[int]]) -> Responses:
         width = max(1, max(len(r) for r in rows))
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -142,20 +183,25 @@ class AudioPolicy(nn.Module):
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
-    def generate(self, prompts: AudioPrompts, n: int = 1, *, do_sample: bool = True, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64, num_beams: int = 1,
-                 prompt_embeds: torch.Tensor | None = None) -> Responses:
+    def generate(self, prompts: AudioPrompts, n: int = 1, **kwargs) -> Responses:
         """Sample `n` responses per utterance (or decode greedily / by beam search when `do_sample`
         is False). The audio is encoded once; the n copies share its prompt embeddings."""
-        if prompt_embeds is None:
-            prompt_embeds = self.prompt_embeds(prompts, self.encode_audio(prompts))
+        embeds = self.prompt_embeds(prompts, self.encode_audio(prompts))
+        return self.generate_from_embeds(embeds, prompts.attention_mask, n, **kwargs)
+
+    @torch.no_grad()
+    def generate_from_embeds(self, prompt_embeds: torch.Tensor, attention_mask: torch.Tensor, n: int = 1, *,
+                             do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                             max_new_tokens: int = 64, num_beams: int = 1) -> Responses:
+        """`generate` from left-padded prompt embeddings `(B, P, H)`; rows b*n..b*n+n-1 of the result
+        are the n samples of prompt b."""
         kwargs = dict(do_sample=do_sample, max_new_tokens=max_new_tokens, num_return_sequences=n,
                       eos_token_id=self.eos_id, pad_token_id=self.pad_id, suppress_tokens=self.forbidden_ids)
         if do_sample:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
         else:
             kwargs.update(num_beams=max(num_beams, n), temperature=None, top_p=None, top_k=None)
-        out = self.model.generate(inputs_embeds=prompt_embeds, attention_mask=prompts.attention_mask, **kwargs)
+        out = self.model.generate(inputs_embeds=prompt_embeds, attention_mask=attention_mask, **kwargs)
         return self.responses_from_generated(out)
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:
@@ -182,9 +228,20 @@ class AudioPolicy(nn.Module):
         return self.spec.parse_output(text)
 
     # ------------------------------------------------------------------ scoring
+    def response_hidden(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor,
+                        responses: Responses) -> torch.Tensor:
+        """LLM hidden states `(N, T, H)` at the positions that predict each response token
+        (teacher-forced). `prompt_embeds` `(N, P, H)` is one (left-padded) prompt per response."""
+        resp_embeds = self.model.get_input_embeddings()(responses.ids)
+        embeds = torch.cat([prompt_embeds, resp_embeds.to(prompt_embeds.dtype)], dim=1)
+        mask = torch.cat([prompt_mask, responses.mask.to(prompt_mask.dtype)], dim=1)
+        hidden = self.spec.language_model(self.model)(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+        P, T = prompt_embeds.shape[1], responses.ids.shape[1]
+        return hidden[:, P - 1: P - 1 + T]  # position P-1+t predicts response token t
+
     def response_logits(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
                         n: int = 1) -> torch.Tensor:
-        """Logits `(B*n, T, V)` that predict each response token, teacher-forced.
+        """Logits `(B*n, T, V)` that predict each response token, forbidden tokens masked.
 
         `prompt_embeds` `(B, P, H)` is shared by the n responses of each utterance (rows b*n..b*n+n-1).
         Only the response positions go through the LM head.
@@ -192,13 +249,7 @@ class AudioPolicy(nn.Module):
         if n > 1:
             prompt_embeds = prompt_embeds.repeat_interleave(n, dim=0)
             prompt_mask = prompt_mask.repeat_interleave(n, dim=0)
-        resp_embeds = self.model.get_input_embeddings()(responses.ids)
-        embeds = torch.cat([prompt_embeds, resp_embeds.to(prompt_embeds.dtype)], dim=1)
-        mask = torch.cat([prompt_mask, responses.mask.to(prompt_mask.dtype)], dim=1)
-        hidden = self.spec.language_model(self.model)(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
-        P, T = prompt_embeds.shape[1], responses.ids.shape[1]
-        # position P-1+t predicts response token t
-        logits = self.model.lm_head(hidden[:, P - 1: P - 1 + T]).float()
+        logits = self.model.lm_head(self.response_hidden(prompt_embeds, prompt_mask, responses)).float()
         return logits.index_fill(-1, torch.as_tensor(self.forbidden_ids, device=logits.device), _MASKED_LOGIT)
 
     def logprobs(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses, n: int = 1,

@@ -3,8 +3,10 @@ has one (micro_train_batch_size, lr_warmup_ratio, max_norm, ...)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from asr_rl.config import RunConfig
+from asr_rl.rewards.config import RewardConfig
 from asr_rl.trainer.augment import AugmentConfig
 
 
@@ -40,13 +42,13 @@ class EvalConfig:
         eval_batch_size: utterances per decoding batch.
         eval_max_samples: evaluate at most this many utterances (the first ones), 0 = all.
         num_beams: 1 = greedy.
-        max_new_tokens: decoding length limit.
+        eval_max_new_tokens: decoding length limit.
     """
 
     eval_batch_size: int = 32
     eval_max_samples: int = 200
     num_beams: int = 1
-    max_new_tokens: int = 96
+    eval_max_new_tokens: int = 96
 
 
 @dataclass(frozen=True)
@@ -86,3 +88,148 @@ class SFTConfig(RunConfig):
         if self.train_batch_size % self.micro_train_batch_size:
             raise ValueError(f"train_batch_size {self.train_batch_size} is not a multiple of "
                              f"micro_train_batch_size {self.micro_train_batch_size}")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Sampling a group of responses per prompt.
+
+    Attributes:
+        rollout_batch_size: prompts (utterances) per RL step, after dynamic filtering.
+        n_samples_per_prompt: group size n.
+        temperature: sampling temperature (the same one scales logits when scoring).
+        top_p: nucleus sampling threshold (1.0 = off).
+        top_k: top-k sampling (0 = off).
+        max_new_tokens: response length limit.
+        engine: `hf` (the policy's own generate) or `vllm`.
+        dynamic_filtering: drop groups whose rewards all tie (zero advantage for every sample) and
+            refill the batch (DAPO, arXiv:2503.14476); `auto` = on for group estimators.
+        max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
+    """
+
+    rollout_batch_size: int = 8
+    n_samples_per_prompt: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    engine: Literal["hf", "vllm"] = "hf"
+    dynamic_filtering: Literal["auto", "on", "off"] = "auto"
+    max_filter_rounds: int = 3
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """Advantages, policy loss and KL (OpenRLHF names).
+
+    Attributes:
+        advantage_estimator: gae | group_norm | dr_grpo | rloo | reinforce | reinforce_baseline.
+        policy_loss: ppo (token ratio) | gspo (sequence ratio).
+        eps_clip: symmetric clip range of the ratio.
+        eps_clip_low_high: asymmetric [low, high] clip range; overrides eps_clip when set.
+        dual_clip: dual-clip constant c > 1 for negative advantages (null = off).
+        loss_agg_mode: token-mean | seq-mean-token-mean | seq-mean-token-sum.
+        init_kl_coef: KL coefficient; a reward penalty, or a loss term when `use_kl_loss`.
+        use_kl_loss: put KL in the loss (GRPO) instead of the reward.
+        kl_estimator: k1 | k2 | k3.
+        kl_target: adaptive KL controller target (null = fixed coefficient).
+        kl_horizon: adaptive KL controller horizon.
+        entropy_coef: entropy bonus weight (0 = off).
+        gamma: discount.
+        lambd: GAE lambda.
+        value_clip: critic value clip range (PPO).
+        max_epochs: passes over each rollout's experience.
+        normalize_gae_advantages: whiten GAE advantages over the batch (OpenRLHF does for gae).
+    """
+
+    advantage_estimator: str = "group_norm"
+    policy_loss: str = "ppo"
+    eps_clip: float = 0.2
+    eps_clip_low_high: tuple[float, ...] | None = None
+    dual_clip: float | None = None
+    loss_agg_mode: str = "token-mean"
+    init_kl_coef: float = 0.02
+    use_kl_loss: bool = True
+    kl_estimator: str = "k3"
+    kl_target: float | None = None
+    kl_horizon: int = 10000
+    entropy_coef: float = 0.0
+    gamma: float = 1.0
+    lambd: float = 1.0
+    value_clip: float = 0.2
+    max_epochs: int = 1
+    normalize_gae_advantages: bool = True
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimisers of actor and critic (AdamW).
+
+    Attributes:
+        micro_train_batch_size: sequences per forward/backward.
+        train_batch_size: sequences per optimiser step; 0 = the whole rollout (one step per rollout).
+        actor_learning_rate: policy learning rate.
+        critic_learning_rate: critic learning rate (PPO).
+        weight_decay: AdamW weight decay.
+        adam_betas: AdamW betas.
+        lr_warmup_ratio: share of the schedule's steps spent warming up.
+        min_lr_ratio: cosine floor as a share of the peak.
+        max_norm: gradient clipping norm.
+    """
+
+    micro_train_batch_size: int = 8
+    train_batch_size: int = 0
+    actor_learning_rate: float = 2e-4
+    critic_learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, ...] = (0.9, 0.95)
+    lr_warmup_ratio: float = 0.05
+    min_lr_ratio: float = 0.1
+    max_norm: float = 1.0
+
+
+GROUP_ESTIMATORS_NEEDING_N = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
+
+
+@dataclass(frozen=True)
+class RLConfig(RunConfig):
+    """`asr-rl train grpo|ppo`: the RL loop (same loop on both backends).
+
+    Attributes:
+        critic_pretrain: starting weights of the critic (PPO with gae); default: `pretrain`.
+        freeze_critic_steps: train only the critic for this many first steps (PPO warm-up).
+    """
+
+    max_steps: int = 50
+    save_steps: int = 25
+    eval_steps: int = 25
+    critic_pretrain: str | None = None
+    freeze_critic_steps: int = 0
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        n, b = self.rollout.n_samples_per_prompt, self.rollout.rollout_batch_size
+        if self.algo.advantage_estimator in GROUP_ESTIMATORS_NEEDING_N and n < 2:
+            raise ValueError(f"advantage_estimator {self.algo.advantage_estimator} normalises within a group and "
+                             f"needs n_samples_per_prompt >= 2, got {n}")
+        total = n * b
+        micro, train = self.optim.micro_train_batch_size, self.optim.train_batch_size or total
+        if total % train:
+            raise ValueError(f"rollout_batch_size x n_samples_per_prompt = {total} samples is not a multiple of "
+                             f"train_batch_size {train}")
+        if train % micro:
+            raise ValueError(f"train_batch_size {train} is not a multiple of micro_train_batch_size {micro}")
+        if not self.model.freeze_encoder:
+            raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
+                             "set model.freeze_encoder=true")
+
+    @property
+    def dynamic_filtering(self) -> bool:
+        if self.rollout.dynamic_filtering == "auto":
+            return self.algo.advantage_estimator in GROUP_ESTIMATORS_NEEDING_N
+        return self.rollout.dynamic_filtering == "on"

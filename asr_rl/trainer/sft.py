@@ -107,7 +107,7 @@ def evaluate_during_training(policy, manifest: str, eval_cfg) -> dict[str, float
 
     was_training = policy.training
     m, _ = evaluate_manifest(policy, manifest, batch_size=eval_cfg.eval_batch_size, num_beams=eval_cfg.num_beams,
-                             max_new_tokens=eval_cfg.max_new_tokens, max_utterances=eval_cfg.eval_max_samples or None)
+                             max_new_tokens=eval_cfg.eval_max_new_tokens, max_utterances=eval_cfg.eval_max_samples or None)
     policy.train(was_training)
     out = {"eval/cer": m.cer}
     if m.wer is not None:

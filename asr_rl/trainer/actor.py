@@ -1,0 +1,113 @@
+"""The policy and critic updates of one rank: PPO epochs over micro-batches of an `Experience`.
+
+Backend-independent: a `strategy` (plain torch or DeepSpeed) applies the gradients, and the math
+comes from the `losses` registry. The Ray backend calls these same functions inside its actors.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from asr_rl.models.audio_policy import Responses
+from asr_rl.trainer.config import AlgoConfig
+from asr_rl.trainer.losses import (LossOutput, compute_policy_loss, entropy_loss, kl_loss, masked_mean,
+                                   value_loss)
+from asr_rl.trainer.rollout import Experience, MicroBatch
+
+
+class TrainingDiverged(FloatingPointError):
+    """A NaN/inf loss: the run stops before the update, keeping its last checkpoint."""
+
+
+def micro_logprobs(policy, mb: MicroBatch, temperature: float, with_entropy: bool = False):
+    """Log-probs `(m, T)` (and entropy) of the micro-batch's responses under `policy`."""
+    embeds, mask = policy.embed_rows(mb.prompt_rows)
+    responses = Responses(mb.response_ids.to(embeds.device), mb.response_mask.to(embeds.device), [])
+    return policy.logprobs(embeds[mb.prompt_index], mask[mb.prompt_index], responses, temperature=temperature,
+                           with_entropy=with_entropy)
+
+
+@torch.no_grad()
+def forward_logprobs(policy, exp: Experience, micro_size: int, temperature: float) -> torch.Tensor:
+    """Log-probs `(N, T)` of all responses, without grad (old policy or reference)."""
+    out = [micro_logprobs(policy, exp.select(list(range(s, min(s + micro_size, len(exp))))), temperature)
+           for s in range(0, len(exp), micro_size)]
+    return torch.cat([o.cpu() for o in out], dim=0)
+
+
+@torch.no_grad()
+def forward_values(critic, exp: Experience, micro_size: int) -> torch.Tensor:
+    out = []
+    for s in range(0, len(exp), micro_size):
+        mb = exp.select(list(range(s, min(s + micro_size, len(exp)))))
+        out.append(critic.values(mb.prompt_rows, mb.prompt_index, Responses(mb.response_ids, mb.response_mask, [])).cpu())
+    return torch.cat(out, dim=0)
+
+
+def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_coef: float) -> LossOutput:
+    """Policy loss (+ KL loss - entropy bonus) of one micro-batch."""
+    logp, entropy = micro_logprobs(policy, mb, temperature, with_entropy=True)
+    mask = mb.response_mask.to(logp.device)
+    # On-policy shortcut: with one update per rollout the old policy is the current one.
+    old = mb.old_logp.to(logp.device) if mb.old_logp is not None else logp.detach()
+    low, high = algo.eps_clip_low_high or (algo.eps_clip, algo.eps_clip)
+    out = compute_policy_loss(algo.policy_loss, logp, old, mb.advantages.to(logp.device), mask,
+                              eps_clip_low=low, eps_clip_high=high, dual_clip=algo.dual_clip,
+                              loss_agg_mode=algo.loss_agg_mode)
+    loss, metrics = out.loss, dict(out.metrics)
+    if algo.use_kl_loss and kl_coef > 0 and mb.ref_logp is not None:
+        kl = kl_loss(logp, mb.ref_logp.to(logp.device), mask, algo.kl_estimator, algo.loss_agg_mode)
+        loss = loss + kl_coef * kl.loss
+        metrics.update(kl.metrics)
+    ent = entropy_loss(entropy, mask, algo.loss_agg_mode)
+    if algo.entropy_coef:
+        loss = loss - algo.entropy_coef * ent
+    metrics["policy/entropy"] = float(ent.detach())
+    return LossOutput(loss, metrics)
+
+
+def ppo_update(policy, strategy, exp: Experience, algo: AlgoConfig, micro_size: int, train_size: int,
+               temperature: float, kl_coef: float, seed: int) -> dict[str, float]:
+    """`max_epochs` passes over `exp` in shuffled minibatches of `train_size` sequences, each an
+    optimiser step accumulated over micro-batches of `micro_size`."""
+    return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy,
+                   lambda mb: actor_loss(policy, mb, algo, temperature, kl_coef), prefix="actor")
+
+
+def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_size: int, train_size: int,
+                  seed: int) -> dict[str, float]:
+    def loss_fn(mb: MicroBatch) -> LossOutput:
+        values = critic.values(mb.prompt_rows, mb.prompt_index, Responses(mb.response_ids, mb.response_mask, []))
+        return value_loss(values, mb.values, mb.returns, mb.response_mask, value_clip=algo.value_clip,
+                          loss_agg_mode=algo.loss_agg_mode)
+    return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy, loss_fn, prefix="critic")
+
+
+def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed: int, strategy, loss_fn,
+            prefix: str) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    n_micro_total, grad_norms = 0, []
+    for epoch in range(epochs):
+        order = np.random.default_rng([seed, epoch]).permutation(len(exp)) if epochs > 1 else np.arange(len(exp))
+        for start in range(0, len(exp), train_size):
+            mini = order[start:start + train_size].tolist()
+            n_micro = (len(mini) + micro_size - 1) // micro_size
+            for k in range(0, len(mini), micro_size):
+                out = loss_fn(exp.select(mini[k:k + micro_size]))
+                if not torch.isfinite(out.loss):
+                    # stop before the bad gradient reaches the weights: the last checkpoint stays good
+                    raise TrainingDiverged(f"{prefix} loss is {float(out.loss)} ({out.metrics}); stopping. The last "
+                                           "checkpoint is intact: lower the learning rate or check the rewards")
+                strategy.backward(out.loss / n_micro)  # mean over the minibatch's micro-batches
+                for name, v in {f"{prefix}/loss": float(out.loss.detach()), **out.metrics}.items():
+                    sums[name] = sums.get(name, 0.0) + float(v)
+                n_micro_total += 1
+            grad_norms.append(strategy.step())
+    metrics = {k: v / max(n_micro_total, 1) for k, v in sums.items()}
+    metrics.update({f"{prefix}/grad_norm": float(np.mean(grad_norms)), f"{prefix}/lr": strategy.lr,
+                    f"{prefix}/optimizer_steps": len(grad_norms)})
+    return metrics
+
+
+__all__ = ["TrainingDiverged", "micro_logprobs", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",
+           "masked_mean"]

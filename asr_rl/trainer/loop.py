@@ -1,0 +1,161 @@
+"""The RL loop: rollout -> score -> advantages -> loss -> update -> weight sync, one step at a time.
+
+The same `RLTrainer` drives the local backend (one process) and the Ray backend: it only calls the
+workers' `encode / sample / annotate / train / sync_weights` methods (trainer/workers.py).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from tqdm import tqdm
+
+from asr_rl.rewards.base import check_output
+from asr_rl.trainer.advantages import AdvantageInputs, compute_advantages, whiten
+from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, rng_state, save_checkpoint, save_final,
+                                       set_rng_state)
+from asr_rl.trainer.config import RLConfig
+from asr_rl.trainer.losses import AdaptiveKLController, FixedKLController, kl_estimate, masked_mean
+from asr_rl.trainer.metrics import timer
+from asr_rl.trainer.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
+                                    merge_reward_outputs)
+
+log = logging.getLogger("asr_rl.train")
+
+
+class RLTrainer:
+    def __init__(self, cfg: RLConfig, workers, reward_fn, loader, logger, output_dir, eval_fn=None):
+        self.cfg, self.workers, self.reward_fn, self.loader = cfg, workers, reward_fn, loader
+        self.logger, self.output_dir, self.eval_fn = logger, output_dir, eval_fn
+        a = cfg.algo
+        self.kl_ctl = (AdaptiveKLController(a.init_kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
+                       else FixedKLController(a.init_kl_coef))
+        self.step_no = 0
+
+    # ------------------------------------------------------------------ one RL step
+    def step(self) -> dict[str, float]:
+        """rollout -> score -> advantages -> loss -> update -> sync (the five stages, timed)."""
+        t: dict[str, float] = {}
+        # 1-2. rollout and score: n responses per prompt, refilling groups whose rewards tie
+        with timer(t, "rollout"):
+            groups, stats = self.collect_groups(t)
+        exp = build_experience(groups, self.cfg.rollout.n_samples_per_prompt, self.workers.policy.pad_id)
+        # 3. log-probs of the old policy / reference, critic values; then advantages
+        with timer(t, "logprobs"):
+            self.workers.annotate(exp, need_old_logp=self._needs_old_logp(len(exp)))
+        with timer(t, "advantages"):
+            adv_metrics = self.compute_advantages(exp)
+        # 4. loss and update
+        with timer(t, "train"):
+            train_metrics = self.workers.train(exp, self.step_no + 1, self.kl_ctl.value)
+        # 5. the rollout engine gets the new weights
+        with timer(t, "sync"):
+            self.workers.sync_weights()
+        self.step_no += 1
+        self.kl_ctl.update(adv_metrics.get("kl/mean", 0.0), len(exp))
+        reward_log = merge_reward_outputs(groups).log()
+        return {**reward_log, **stats, **adv_metrics, **train_metrics, **_response_stats(exp),
+                "kl/coef": self.kl_ctl.value, **t}
+
+    def collect_groups(self, timings: dict[str, float]) -> tuple[list[Group], dict[str, float]]:
+        """`rollout_batch_size` groups, dropping reward ties when dynamic filtering is on."""
+        want, n = self.cfg.rollout.rollout_batch_size, self.cfg.rollout.n_samples_per_prompt
+        kept: list[Group] = []
+        seen = dropped = rounds = 0
+        while len(kept) < want and rounds <= self.cfg.rollout.max_filter_rounds:
+            batch = self.loader.next_batch()
+            rows = self.workers.encode(batch)
+            samples = self.workers.sample(rows, n)
+            groups = [Group(item, row, ids, [self.workers.decode(x) for x in ids])
+                      for item, row, ids in zip(batch.items, rows, samples)]
+            with timer(timings, "reward"):
+                self.score(groups)
+            seen += len(groups)
+            informative = [g for g in groups if g.informative] if self.cfg.dynamic_filtering else groups
+            dropped += len(groups) - len(informative)
+            kept += informative
+            rounds += 1
+        if not kept:
+            raise RuntimeError(f"dynamic filtering dropped all {seen} groups in {rounds} rounds (every group's "
+                               "rewards tie); raise temperature or rollout.max_filter_rounds, or set "
+                               "rollout.dynamic_filtering=off")
+        return kept[:want], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
+                             "rollout/groups_kept": min(len(kept), want), "rollout/rounds": rounds}
+
+    def score(self, groups: list[Group]) -> None:
+        samples = make_samples(groups, self.workers.parse)
+        out = check_output(getattr(self.reward_fn, "name", "reward"), self.reward_fn(samples), len(samples))
+        attach_rewards(groups, out)
+
+    def compute_advantages(self, exp: Experience) -> dict[str, float]:
+        a = self.cfg.algo
+        mask = exp.response_mask
+        metrics: dict[str, float] = {}
+        kl_penalty = None
+        if exp.ref_logp is not None:
+            logp = exp.old_logp if exp.old_logp is not None else None
+            if logp is not None:
+                kl = kl_estimate(logp, exp.ref_logp, a.kl_estimator).masked_fill(mask == 0, 0.0)
+                metrics["kl/mean"] = float(masked_mean(kl, mask))
+                if not a.use_kl_loss:
+                    kl_penalty = self.kl_ctl.value * kl
+        out = compute_advantages(a.advantage_estimator, AdvantageInputs(
+            rewards=exp.rewards, response_mask=mask, group_size=exp.group_size, values=exp.values,
+            kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd))
+        exp.advantages, exp.returns = out.advantages, out.returns
+        if a.advantage_estimator == "gae" and a.normalize_gae_advantages:
+            exp.advantages = whiten(exp.advantages, mask, unbiased=False)  # OpenRLHF: population variance
+        metrics["advantages/mean"] = float(masked_mean(exp.advantages, mask))
+        metrics["advantages/abs_mean"] = float(masked_mean(exp.advantages.abs(), mask))
+        return metrics
+
+    def _needs_old_logp(self, n_seqs: int) -> bool:
+        """Old log-probs need a forward pass unless the update is a single on-policy step, or a KL
+        penalty in the reward needs them."""
+        single = self.cfg.algo.max_epochs == 1 and (self.cfg.optim.train_batch_size or n_seqs) >= n_seqs
+        penalty_in_reward = self.cfg.algo.init_kl_coef > 0 and not self.cfg.algo.use_kl_loss
+        return not single or penalty_in_reward
+
+    # ------------------------------------------------------------------ the run
+    def fit(self) -> None:
+        cfg = self.cfg
+        bar = tqdm(total=cfg.max_steps, initial=self.step_no, desc="rl", disable=not cfg.logging.progress_bar)
+        while self.step_no < cfg.max_steps:
+            start = time.perf_counter()
+            metrics = self.step()
+            metrics["time/step"] = time.perf_counter() - start
+            step, last = self.step_no, self.step_no >= cfg.max_steps
+            if self.eval_fn is not None and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
+                metrics.update(self.eval_fn())
+            self.logger.log(step, metrics)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
+            if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
+                self.save()
+                kill_if_requested(step)
+        bar.close()
+        self.logger.close()
+
+    def save(self) -> None:
+        state = {"step": self.step_no, "data": self.loader.state_dict(), "rng": rng_state(),
+                 "kl_coef": self.kl_ctl.value, "workers": self.workers.state_dict()}
+        save_checkpoint(self.output_dir, self.step_no, self.workers.save_model, state, self.cfg.max_ckpt_num,
+                        save_state=getattr(self.workers, "save_engine_state", None))
+
+    def save_final(self):
+        return save_final(self.output_dir, self.workers.save_model)
+
+    def restore(self, ckpt) -> None:
+        state = load_state(ckpt)
+        self.workers.load_state_dict(state["workers"], ckpt)
+        self.loader.load_state_dict(state["data"])
+        set_rng_state(state["rng"])
+        self.kl_ctl.value = state["kl_coef"]
+        self.step_no = int(state["step"])
+
+
+def _response_stats(exp: Experience) -> dict[str, float]:
+    lengths = exp.response_mask.sum(-1).float()
+    return {"response/length_mean": float(lengths.mean()), "response/length_max": float(lengths.max())}
+
+

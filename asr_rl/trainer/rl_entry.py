@@ -1,0 +1,96 @@
+"""`asr-rl train grpo|ppo`: build the pieces from a config and run the loop.
+
+setup -> data -> policy (+ reference, critic) -> reward -> workers (local or Ray) -> loop.fit.
+`grpo` defaults to the group-normalised estimator with the KL in the loss; `ppo` to GAE with a
+critic and the KL as a reward penalty (OpenRLHF's defaults for each).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from asr_rl.config import load_config
+from asr_rl.trainer.config import RLConfig
+
+log = logging.getLogger("asr_rl.train")
+
+# Algorithm presets applied before the file and overrides (which win).
+PRESETS = {
+    "grpo": [],
+    "ppo": ["algo.advantage_estimator=gae", "algo.use_kl_loss=false", "rollout.n_samples_per_prompt=1",
+            "rollout.dynamic_filtering=off"],
+}
+
+
+def load_rl_config(algo: str, config: str | None, overrides: list[str]) -> RLConfig:
+    if algo not in PRESETS:
+        raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(PRESETS)}")
+    cfg = load_config(RLConfig, config, [*PRESETS[algo], *overrides])
+    if cfg.algo.advantage_estimator == "gae" and algo != "ppo":
+        raise ValueError("advantage_estimator=gae needs a critic: use `asr-rl train ppo`")
+    return cfg
+
+
+def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
+    cfg = load_rl_config(algo, config, overrides)
+    if cfg.prompt_data and not cfg.train_manifest:
+        from asr_rl.trainer.text_entry import train_text_rl  # the text RLHF path
+
+        return train_text_rl(algo, cfg)
+    return run_audio_rl(cfg, algo)
+
+
+def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
+    from asr_rl.data.batching import BatchLoader
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.rewards.combine import build_reward
+    from asr_rl.trainer.common import make_logger, setup_run
+    from asr_rl.trainer.loop import RLTrainer
+    from asr_rl.trainer.sft import evaluate_during_training
+
+    ctx = setup_run(cfg)
+    if not cfg.train_manifest:
+        raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
+    utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
+    loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                         sample_rate=cfg.data.sample_rate)
+    reward_fn = build_reward(cfg.reward)
+    workers = build_workers(cfg, ctx, algo)
+    eval_fn = None
+    if cfg.eval_manifest:
+        eval_fn = lambda: evaluate_during_training(workers.policy, cfg.eval_manifest, cfg.eval)  # noqa: E731
+    trainer = RLTrainer(cfg, workers, reward_fn, loader, None, ctx.output_dir, eval_fn)
+    if ctx.resume_from is not None:
+        trainer.restore(ctx.resume_from)
+    trainer.logger = make_logger(cfg, ctx, resume_step=trainer.step_no)
+    try:
+        trainer.fit()
+    finally:
+        getattr(workers, "shutdown", lambda: None)()
+    return trainer.save_final()
+
+
+def build_workers(cfg: RLConfig, ctx, algo: str):
+    if cfg.backend == "ray":
+        from asr_rl.trainer.distributed.ray_workers import RayWorkers
+
+        return RayWorkers(cfg, ctx, algo)
+    from asr_rl.models.critic import ValueModel
+    from asr_rl.trainer.common import load_policy
+    from asr_rl.trainer.workers import LocalWorkers
+
+    policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
+    critic = None
+    if cfg.algo.advantage_estimator == "gae":
+        source = load_policy(cfg.critic_pretrain, cfg.model, ctx.device, cfg.data.sample_rate) \
+            if cfg.critic_pretrain else policy
+        critic = ValueModel.from_policy(source)
+    engine = None
+    if cfg.rollout.engine == "vllm":
+        from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
+
+        engine = VLLMRolloutEngine(policy, cfg)
+    return LocalWorkers(cfg, policy, critic, engine)
+
+
+__all__ = ["train_rl", "run_audio_rl", "load_rl_config", "build_workers"]

@@ -1,0 +1,132 @@
+"""Rollout: sample a group of responses per prompt, score them, keep the informative groups, and
+assemble the step's `Experience`.
+
+Groups whose rewards all tie give every sample zero advantage under a group baseline: they cost a
+full training pass and teach nothing, so `dynamic_filtering` drops them and samples more prompts to
+refill the batch (DAPO, Yu et al. 2025, arXiv:2503.14476, "dynamic sampling").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from asr_rl.rewards.base import RewardOutput, Sample
+
+
+@dataclass
+class Group:
+    """One prompt with its n sampled responses and (after scoring) their rewards."""
+
+    item: Any                      # the Utterance (audio) or prompt record (text)
+    prompt: Any                    # its PromptRow (ids + cached encoder states)
+    responses: list[list[int]]     # n token-id lists, EOS included when emitted
+    texts: list[str]
+    rewards: list[float] = field(default_factory=list)
+    terms: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def informative(self) -> bool:
+        return max(self.rewards) - min(self.rewards) > 1e-6
+
+
+@dataclass
+class Experience:
+    """Everything the update needs for B prompts x n samples (rows b*n .. b*n+n-1 = group b).
+
+    Attributes:
+        groups: the B groups, in row order.
+        response_ids: `(B*n, T)` right-padded response ids.
+        response_mask: `(B*n, T)` 1 for response tokens.
+        rewards: `(B*n,)` sequence rewards.
+        old_logp / ref_logp / values / advantages / returns: `(B*n, T)`, filled by later stages.
+    """
+
+    groups: list[Group]
+    group_size: int
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    rewards: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.response_ids.shape[0]
+
+    @property
+    def prompt_rows(self) -> list:
+        return [g.prompt for g in self.groups]
+
+    def select(self, seq_idx: list[int]) -> "MicroBatch":
+        """Sequences `seq_idx` with the prompt rows they need and the index mapping them."""
+        groups = sorted({i // self.group_size for i in seq_idx})
+        pos = {g: k for k, g in enumerate(groups)}
+        index = torch.as_tensor([pos[i // self.group_size] for i in seq_idx], dtype=torch.long)
+        idx = torch.as_tensor(seq_idx, dtype=torch.long)
+        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        return MicroBatch([self.groups[g].prompt for g in groups], index, self.response_ids[idx],
+                          self.response_mask[idx], pick(self.old_logp), pick(self.ref_logp), pick(self.values),
+                          pick(self.advantages), pick(self.returns))
+
+
+@dataclass
+class MicroBatch:
+    prompt_rows: list
+    prompt_index: torch.Tensor  # (m,) row of `prompt_rows` each sequence belongs to
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    old_logp: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    values: torch.Tensor | None
+    advantages: torch.Tensor | None
+    returns: torch.Tensor | None
+
+
+def build_experience(groups: list[Group], group_size: int, pad_id: int) -> Experience:
+    rows = [r for g in groups for r in g.responses]
+    width = max(1, max(len(r) for r in rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    rewards = torch.as_tensor([r for g in groups for r in g.rewards], dtype=torch.float32)
+    return Experience(groups, group_size, ids, mask, rewards)
+
+
+def make_samples(groups: list[Group], parse) -> list[Sample]:
+    """Reward inputs for every response; `parse(text, language)` -> (language, transcript, well_formed)."""
+    samples = []
+    for gid, g in enumerate(groups):
+        item = g.item
+        for text in g.texts:
+            lang, transcript, ok = parse(text, getattr(item, "language", None))
+            samples.append(Sample(
+                hypothesis=transcript, reference=getattr(item, "text", None) or getattr(item, "label", ""),
+                language=getattr(item, "language", None), keywords=tuple(getattr(item, "keywords", ()) or ()),
+                prompt=getattr(item, "prompt_text", None) or getattr(item, "id", ""), response=text,
+                predicted_language=lang, well_formed=ok, duration=getattr(item, "duration", None), group_id=gid,
+                metadata=dict(getattr(item, "meta", {}) or {})))
+    return samples
+
+
+def attach_rewards(groups: list[Group], out: RewardOutput) -> None:
+    """Split a flat RewardOutput back onto the groups (in sample order)."""
+    k = 0
+    for g in groups:
+        n = len(g.texts)
+        g.rewards = out.rewards[k:k + n]
+        g.terms = {name: vals[k:k + n] for name, vals in out.terms.items()}
+        k += n
+
+
+def merge_reward_outputs(groups: list[Group], extra_logs: dict[str, float] | None = None) -> RewardOutput:
+    terms: dict[str, list[float]] = {}
+    for g in groups:
+        for name, vals in g.terms.items():
+            terms.setdefault(name, []).extend(vals)
+    return RewardOutput([r for g in groups for r in g.rewards], terms=terms, extra_logs=extra_logs or {})

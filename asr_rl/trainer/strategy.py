@@ -1,0 +1,41 @@
+"""How a rank applies gradients: the plain torch optimiser here, DeepSpeed in
+`trainer/distributed/deepspeed_strategy.py`. The update code calls only `backward`, `step` and
+`state_dict`, so it is the same on both backends (OpenRLHF's `strategy.backward/optimizer_step`)."""
+from __future__ import annotations
+
+import torch
+
+from asr_rl.trainer.common import build_optimizer, build_scheduler
+
+
+class LocalStrategy:
+    """AdamW + warmup/cosine schedule + gradient clipping on one process."""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float, weight_decay: float, betas: tuple[float, ...],
+                 max_norm: float, total_steps: int, warmup_ratio: float, min_lr_ratio: float):
+        self.params = [p for p in params if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, lr, weight_decay, betas)
+        self.scheduler = build_scheduler(self.optimizer, total_steps, warmup_ratio, min_lr_ratio)
+        self.max_norm = max_norm
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        """Clip, step, schedule, zero; returns the gradient norm before clipping."""
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

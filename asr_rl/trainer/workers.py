@@ -1,0 +1,129 @@
+"""The local backend: policy, reference, critic and rollout engine in one process.
+
+`RLTrainer` (loop.py) talks to its workers only through the methods below; the Ray backend
+(`trainer/distributed/ray_workers.py`) implements the same methods over actor groups, so the loop
+does not know how ranks are placed.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+
+from asr_rl.trainer.actor import critic_update, forward_logprobs, forward_values, ppo_update
+from asr_rl.trainer.config import RLConfig
+from asr_rl.trainer.rollout import Experience
+from asr_rl.trainer.strategy import LocalStrategy
+
+log = logging.getLogger("asr_rl.train")
+
+
+class HFRolloutEngine:
+    """Sampling with the policy's own `generate` (the default everywhere). Weight sync is free:
+    the engine is the policy."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    @torch.no_grad()
+    def generate(self, prompt_rows: list, n: int, rollout) -> list[list[list[int]]]:
+        """For each prompt row, n sampled token-id lists (EOS included when emitted)."""
+        embeds, mask = self.policy.embed_rows(prompt_rows)
+        out = self.policy.generate_from_embeds(embeds, mask, n, do_sample=True, temperature=rollout.temperature,
+                                               top_p=rollout.top_p, top_k=rollout.top_k,
+                                               max_new_tokens=rollout.max_new_tokens)
+        seqs = [ids[m.bool()].tolist() for ids, m in zip(out.ids.cpu(), out.mask.cpu())]
+        return [seqs[i * n:(i + 1) * n] for i in range(len(prompt_rows))]
+
+    def sync_weights(self) -> None:
+        pass
+
+
+def make_strategy(params, cfg: RLConfig, lr: float) -> LocalStrategy:
+    return LocalStrategy(params, lr, cfg.optim.weight_decay, cfg.optim.adam_betas, cfg.optim.max_norm,
+                         total_optimizer_steps(cfg), cfg.optim.lr_warmup_ratio, cfg.optim.min_lr_ratio)
+
+
+def total_optimizer_steps(cfg: RLConfig) -> int:
+    """Optimiser steps of the whole run (for the LR schedule): epochs x minibatches per rollout."""
+    total = cfg.rollout.rollout_batch_size * cfg.rollout.n_samples_per_prompt
+    return cfg.max_steps * cfg.algo.max_epochs * (total // (cfg.optim.train_batch_size or total))
+
+
+class LocalWorkers:
+    def __init__(self, cfg: RLConfig, policy, critic=None, engine=None):
+        self.cfg = cfg
+        self.policy = policy
+        needs_ref = cfg.algo.init_kl_coef > 0
+        self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if needs_ref else None
+        self.critic = critic
+        self.actor_strategy = make_strategy([p for _, p in policy.trainable_parameters()], cfg,
+                                            cfg.optim.actor_learning_rate)
+        self.critic_strategy = (make_strategy(critic.trainable_parameters(), cfg, cfg.optim.critic_learning_rate)
+                                if critic is not None else None)
+        self.engine = engine or HFRolloutEngine(policy)
+
+    # --- rollout -------------------------------------------------------------------------
+    def encode(self, batch) -> list:
+        return self.policy.encode_batch(batch)
+
+    def sample(self, prompt_rows: list, n: int) -> list[list[list[int]]]:
+        self.policy.eval()
+        return self.engine.generate(prompt_rows, n, self.cfg.rollout)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.policy.decode_ids(torch.as_tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+
+    def parse(self, text: str, language: str | None):
+        return self.policy.parse(text, language)
+
+    # --- experience ----------------------------------------------------------------------
+    def annotate(self, exp: Experience, need_old_logp: bool) -> None:
+        """Fill old/reference log-probs and critic values as the algorithm needs them."""
+        micro, temp = self.cfg.optim.micro_train_batch_size, self.cfg.rollout.temperature
+        if need_old_logp:
+            exp.old_logp = forward_logprobs(self.policy, exp, micro, temp)
+        if self.ref is not None:
+            exp.ref_logp = forward_logprobs(self.ref, exp, micro, temp)
+        if self.critic is not None:
+            exp.values = forward_values(self.critic, exp, micro)
+
+    def train(self, exp: Experience, step: int, kl_coef: float) -> dict[str, float]:
+        cfg, o = self.cfg, self.cfg.optim
+        train_size = o.train_batch_size or len(exp)
+        metrics = {}
+        if self.critic is not None:
+            self.critic.train()
+            metrics.update(critic_update(self.critic, self.critic_strategy, exp, cfg.algo, o.micro_train_batch_size,
+                                         train_size, seed=cfg.seed + step))
+        if step > cfg.freeze_critic_steps or self.critic is None:
+            self.policy.train()
+            metrics.update(ppo_update(self.policy, self.actor_strategy, exp, cfg.algo, o.micro_train_batch_size,
+                                      train_size, cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
+        return metrics
+
+    def sync_weights(self) -> None:
+        self.engine.sync_weights()
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def save_model(self, path) -> None:
+        self.policy.save_pretrained(path)
+
+    def state_dict(self) -> dict:
+        from asr_rl.trainer.checkpoint import policy_resume_weights
+
+        state = {"actor": self.actor_strategy.state_dict(), "policy": policy_resume_weights(self.policy)}
+        if self.critic is not None:
+            state["critic"] = {"weights": self.critic.state_dict(), **self.critic_strategy.state_dict()}
+        return state
+
+    def load_state_dict(self, state: dict, ckpt) -> None:
+        from asr_rl.trainer.checkpoint import restore_policy_weights
+
+        restore_policy_weights(self.policy, ckpt, state.get("policy"))
+        self.actor_strategy.load_state_dict(state["actor"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"]["weights"])
+            self.critic_strategy.load_state_dict(state["critic"])
+        self.engine.sync_weights()

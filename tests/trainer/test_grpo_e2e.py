@@ -1,0 +1,59 @@
+"""End to end on the tiny model: the real loop, local backend, real synthesised audio."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen3ASRForConditionalGeneration
+
+from asr_rl.trainer.metrics import read_metrics
+from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
+
+pytestmark = pytest.mark.slow
+
+
+def _overrides(model, corpus, out, *extra):
+    return [f"pretrain={model}", f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={out}",
+            "rollout_batch_size=2", "n_samples_per_prompt=4", "micro_train_batch_size=4", "max_new_tokens=12",
+            "max_steps=3", "save_steps=1", "eval_steps=0", "temperature=1.5", "actor_learning_rate=0.01",
+            "logging.tensorboard=false", "logging.progress_bar=false", *extra]
+
+
+def _params(path):
+    return dict(Qwen3ASRForConditionalGeneration.from_pretrained(path).named_parameters())
+
+
+def test_three_grpo_steps_train_projector_and_llm_and_leave_the_encoder(tiny_model, tiny_corpus, tmp_path):
+    final = run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "run")))
+    before, after = _params(tiny_model), _params(final)  # plain transformers loads the checkpoint
+    encoder = [n for n in before if n.startswith("model.audio_tower.")]
+    assert encoder and all(torch.equal(before[n], after[n]) for n in encoder)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert any("multi_modal_projector" in n for n in changed) and any("language_model.layers" in n for n in changed)
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for key in ("reward/mean", "reward/cer", "actor/loss", "policy/clip_frac", "kl/loss", "policy/entropy",
+                "response/length_mean", "time/rollout", "time/train", "rollout/groups_filtered"):
+        assert key in rows[-1], key
+
+
+def test_killed_after_step_2_resumes_to_the_same_step_3(tiny_model, tiny_corpus, tmp_path):
+    straight = tmp_path / "straight"
+    run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, straight)))
+    resumed = tmp_path / "resumed"
+    cli = [str(Path(sys.executable).parent / "asr-rl"), "train", "grpo",
+           *_overrides(tiny_model, tiny_corpus, resumed)]
+    killed = subprocess.run(cli, env={**os.environ, "ASR_RL_KILL_AFTER_STEP": "2"}, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(resumed)] == [1, 2]
+    done = subprocess.run(cli + ["resume=auto"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    a, b = read_metrics(straight), read_metrics(resumed)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for key in ("reward/mean", "actor/loss", "policy/entropy", "kl/loss", "response/length_mean"):
+        assert b[2][key] == pytest.approx(a[2][key], rel=1e-4, abs=1e-6), key

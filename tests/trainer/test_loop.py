@@ -1,0 +1,102 @@
+"""The loop's guards: dynamic filtering, NaN rewards/losses, and configuration errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from asr_rl.config import ConfigError
+from asr_rl.rewards.base import RewardError, RewardOutput
+import asr_rl.rewards.combine as combine
+from asr_rl.trainer.actor import TrainingDiverged, _epochs
+from asr_rl.trainer.checkpoint import list_checkpoints
+from asr_rl.trainer.losses import LossOutput
+from asr_rl.trainer.metrics import read_metrics
+from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
+from asr_rl.trainer.rollout import Experience, Group, build_experience
+
+from tests.trainer.test_grpo_e2e import _overrides
+
+
+class _Reward:
+    """A reward whose values are given per call (a real reward callable, not a mock of the loop)."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script, self.calls = script, 0
+
+    def __call__(self, samples):
+        values = self.script(self.calls, len(samples))
+        self.calls += 1
+        return RewardOutput(rewards=values, terms={"scripted": values})
+
+
+def _run_with_reward(monkeypatch, reward, *args):
+    monkeypatch.setattr(combine, "build_reward", lambda cfg: reward)  # the run builds its reward from here
+    return run_audio_rl(load_rl_config("grpo", None, list(args)))
+
+
+def test_dynamic_filtering_drops_tied_groups_and_refills(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    # call 0: every group ties (all zeros) -> all filtered; later calls: distinct rewards
+    reward = _Reward(lambda call, n: [0.0] * n if call == 0 else [float(i % 4) for i in range(n)])
+    _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1"))
+    (row,) = read_metrics(tmp_path / "r")
+    assert row["rollout/groups_filtered"] == 2 and row["rollout/groups_kept"] == 2 and row["rollout/rounds"] == 2
+
+
+def test_filtering_that_never_finds_signal_is_a_clear_error(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    reward = _Reward(lambda call, n: [1.0] * n)
+    with pytest.raises(RuntimeError, match="dynamic filtering dropped all 8 groups in 4 rounds"):
+        _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1"))
+
+
+def test_nan_reward_stops_the_run_and_keeps_the_last_checkpoint(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    reward = _Reward(lambda call, n: [float(i % 3) for i in range(n)] if call < 1 else [math.nan] * n)
+    with pytest.raises(RewardError, match="reward 'scripted' returned nan for sample 0"):
+        _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r"))
+    (ckpt,) = list_checkpoints(tmp_path / "r")
+    assert ckpt.name == "step_000001" and (ckpt / "model.safetensors").is_file()
+
+
+def test_nan_loss_raises_before_the_optimizer_steps():
+    steps = []
+
+    class Strategy:
+        lr = 0.1
+
+        def backward(self, loss):
+            pass
+
+        def step(self):
+            steps.append(1)
+            return 0.0
+
+    groups = [Group(None, None, [[1, 2], [3]], ["a", "b"], rewards=[0.0, 1.0])]
+    exp = build_experience(groups, 2, pad_id=0)
+    with pytest.raises(TrainingDiverged, match="actor loss is nan"):
+        _epochs(exp, 1, 2, 2, 0, Strategy(), lambda mb: LossOutput(torch.tensor(math.nan), {}), prefix="actor")
+    assert steps == []
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["n_samples_per_prompt=1"], "needs n_samples_per_prompt >= 2"),
+    (["rollout_batch_size=3", "n_samples_per_prompt=4", "micro_train_batch_size=5"], "not a multiple of micro"),
+    (["rollout_batch_size=3", "n_samples_per_prompt=4", "train_batch_size=5"], "not a multiple of train_batch_size 5"),
+    (["advantage_estimator=gae"], "gae needs a critic"),
+    (["model.freeze_encoder=false"], "RL keeps the audio encoder frozen"),
+])
+def test_configuration_errors(overrides, message):
+    with pytest.raises((ConfigError, ValueError), match=message):
+        load_rl_config("grpo", None, overrides)
+
+
+def test_pretrain_not_an_audio_llm_and_empty_manifest(tiny_model, tiny_corpus, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="holds no utterances"):
+        run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "a")[:1] + [
+            f"train_manifest={tmp_path / 'empty.jsonl'}", f"output_dir={tmp_path / 'a'}"]))
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        run_audio_rl(load_rl_config("grpo", None, [f"pretrain={tmp_path}", f"train_manifest={tiny_corpus / 'train.jsonl'}",
+                                                   f"output_dir={tmp_path / 'b'}"]))
