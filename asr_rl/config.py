@@ -77,6 +77,8 @@ class RunConfig:
         eval_manifest: JSONL manifest evaluated every `eval_steps` (audio path).
         output_dir: run folder: checkpoints, metrics, resolved config.
         max_steps: number of optimisation steps (RL: rollout steps) to run.
+        max_minutes: stop early, with a final checkpoint, after this much wall time; 0 = no limit
+            (the LR schedule still spans `max_steps`).
         save_steps: write a checkpoint every this many steps (and always at the end); <=0: only end.
         eval_steps: evaluate on `eval_manifest` every this many steps; <=0: only at the end.
         max_ckpt_num: keep the newest this many step checkpoints.
@@ -94,6 +96,7 @@ class RunConfig:
     eval_manifest: str | None = None
     output_dir: str = "runs/default"
     max_steps: int = 100
+    max_minutes: float = 0.0
     save_steps: int = 50
     eval_steps: int = 50
     max_ckpt_num: int = 2

@@ -66,7 +66,6 @@ class SFTConfig(RunConfig):
         max_norm: gradient clipping norm.
         ctc_weight: weight of the auxiliary CTC loss on the encoder output (0 disables it).
         ctc_labels_per_frame: CTC slots each encoder frame predicts (the encoder is slower than speech).
-        max_minutes: stop early (with a final checkpoint) after this much wall time; 0 = no limit.
     """
 
     train_batch_size: int = 16
@@ -79,7 +78,6 @@ class SFTConfig(RunConfig):
     max_norm: float = 1.0
     ctc_weight: float = 0.5
     ctc_labels_per_frame: int = 3
-    max_minutes: float = 0.0
     model: ModelConfig = field(default_factory=lambda: ModelConfig(freeze_encoder=False))
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -103,7 +101,7 @@ class RolloutConfig:
         max_new_tokens: response length limit.
         engine: `hf` (the policy's own generate) or `vllm`.
         dynamic_filtering: drop groups whose rewards all tie (zero advantage for every sample) and
-            refill the batch (DAPO, arXiv:2503.14476); `auto` = on for group estimators.
+            refill the batch (DAPO, arXiv:2503.14476); null = on for group estimators, off otherwise.
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
     """
 
@@ -114,7 +112,7 @@ class RolloutConfig:
     top_k: int = 0
     max_new_tokens: int = 64
     engine: Literal["hf", "vllm"] = "hf"
-    dynamic_filtering: Literal["auto", "on", "off"] = "auto"
+    dynamic_filtering: bool | None = None
     max_filter_rounds: int = 3
 
 
@@ -230,6 +228,6 @@ class RLConfig(RunConfig):
 
     @property
     def dynamic_filtering(self) -> bool:
-        if self.rollout.dynamic_filtering == "auto":
+        if self.rollout.dynamic_filtering is None:
             return self.algo.advantage_estimator in GROUP_ESTIMATORS_NEEDING_N
-        return self.rollout.dynamic_filtering == "on"
+        return self.rollout.dynamic_filtering

@@ -78,7 +78,7 @@ class RLTrainer:
         if not kept:
             raise RuntimeError(f"dynamic filtering dropped all {seen} groups in {rounds} rounds (every group's "
                                "rewards tie); raise temperature or rollout.max_filter_rounds, or set "
-                               "rollout.dynamic_filtering=off")
+                               "rollout.dynamic_filtering=false")
         return kept[:want], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
                              "rollout/groups_kept": min(len(kept), want), "rollout/rounds": rounds}
 
@@ -120,11 +120,14 @@ class RLTrainer:
     def fit(self) -> None:
         cfg = self.cfg
         bar = tqdm(total=cfg.max_steps, initial=self.step_no, desc="rl", disable=not cfg.logging.progress_bar)
+        run_start = time.perf_counter()
         while self.step_no < cfg.max_steps:
             start = time.perf_counter()
             metrics = self.step()
             metrics["time/step"] = time.perf_counter() - start
-            step, last = self.step_no, self.step_no >= cfg.max_steps
+            metrics["time/elapsed_min"] = (time.perf_counter() - run_start) / 60
+            out_of_time = 0 < cfg.max_minutes <= metrics["time/elapsed_min"]
+            step, last = self.step_no, self.step_no >= cfg.max_steps or out_of_time
             if self.eval_fn is not None and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
                 metrics.update(self.eval_fn())
             self.logger.log(step, metrics)
@@ -133,6 +136,9 @@ class RLTrainer:
             if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
                 self.save()
                 kill_if_requested(step)
+            if out_of_time:
+                log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
+                break
         bar.close()
         self.logger.close()
 

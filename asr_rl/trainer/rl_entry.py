@@ -18,7 +18,7 @@ log = logging.getLogger("asr_rl.train")
 PRESETS = {
     "grpo": [],
     "ppo": ["algo.advantage_estimator=gae", "algo.use_kl_loss=false", "rollout.n_samples_per_prompt=1",
-            "rollout.dynamic_filtering=off"],
+            "rollout.dynamic_filtering=false"],
 }
 
 

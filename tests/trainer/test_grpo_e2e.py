@@ -57,3 +57,29 @@ def test_killed_after_step_2_resumes_to_the_same_step_3(tiny_model, tiny_corpus,
     assert [r["step"] for r in b] == [1, 2, 3]
     for key in ("reward/mean", "actor/loss", "policy/entropy", "kl/loss", "response/length_mean"):
         assert b[2][key] == pytest.approx(a[2][key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("extra", [
+    ["advantage_estimator=dr_grpo"], ["advantage_estimator=rloo"], ["advantage_estimator=reinforce"],
+    ["advantage_estimator=reinforce_baseline"], ["policy_loss=gspo", "loss_agg_mode=seq-mean-token-mean"],
+    ["use_kl_loss=false", "init_kl_coef=0.05", "max_epochs=2", "dual_clip=3.0", "eps_clip_low_high=[0.2,0.28]"],
+])
+def test_every_estimator_and_loss_variant_runs_a_step(tiny_model, tiny_corpus, tmp_path, extra):
+    run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1",
+                                                         "save_steps=0", "rollout.dynamic_filtering=false", *extra)))
+    (row,) = read_metrics(tmp_path / "r")
+    assert row["actor/optimizer_steps"] >= 1 and row["actor/grad_norm"] > 0
+
+
+def test_ppo_with_critic_trains_policy_and_critic(tiny_model, tiny_corpus, tmp_path):
+    from asr_rl.trainer.checkpoint import list_checkpoints, load_state
+
+    cfg = load_rl_config("ppo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "ppo", "n_samples_per_prompt=2",
+                                                 "micro_train_batch_size=2"))
+    assert cfg.algo.advantage_estimator == "gae" and not cfg.algo.use_kl_loss
+    run_audio_rl(cfg)
+    rows = read_metrics(tmp_path / "ppo")
+    assert all("critic/loss" in r and "kl/mean" in r for r in rows)
+    states = [load_state(c)["workers"]["critic"]["weights"] for c in list_checkpoints(tmp_path / "ppo")]
+    head = [s["value_head.weight"] for s in states]
+    assert not torch.equal(head[0], head[-1])  # the critic kept learning between saved steps

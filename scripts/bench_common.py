@@ -1,0 +1,42 @@
+"""Helpers shared by the benchmark scripts: run an asr-rl command, evaluate a model folder."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ASR_RL = str(Path(sys.executable).parent / "asr-rl")
+
+
+def run(*args: str, threads: int = 2) -> float:
+    """Run `asr-rl args...`, streaming its output; returns wall seconds. Fails loudly."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    start = time.perf_counter()
+    subprocess.run([ASR_RL, *args], check=True, env=env)
+    return time.perf_counter() - start
+
+
+def ensure_corpus(corpus: Path, n_train: int, n_test: int, seed: int = 1) -> None:
+    if not (corpus / "train.jsonl").is_file():
+        run("data", "synth", "--out", str(corpus), "--train", str(n_train), "--test", str(n_test), "--seed", str(seed))
+
+
+def evaluate(model: Path, corpus: Path, out: Path, sets=("test_clean", "test_noisy")) -> dict[str, dict]:
+    """CER etc. per test set from `asr-rl eval` (report.json)."""
+    if not (out / "report.json").is_file():
+        args = ["eval", "--model", str(model), "--output", str(out), "--batch-size", "32", "--quiet"]
+        for s in sets:
+            args += ["--test-set", f"{s}={corpus / (s + '.jsonl')}"]
+        run(*args)
+    return json.loads((out / "report.json").read_text())["test_sets"]
+
+
+def metrics_at(run_dir: Path, step: int) -> dict:
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["step"] == step:
+            return row
+    raise KeyError(f"step {step} not in {run_dir}/metrics.jsonl")

@@ -1,0 +1,19 @@
+"""The shipped configs load with the current dataclasses (no stale or misspelt keys)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from asr_rl.config import load_config
+from asr_rl.trainer.config import RLConfig, SFTConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+
+
+def test_sft_demo_config_loads():
+    cfg = load_config(SFTConfig, CONFIGS / "sft_demo.yaml")
+    assert cfg.ctc_weight == 0.5 and not cfg.model.freeze_encoder
+
+
+def test_grpo_demo_config_loads():
+    cfg = load_config(RLConfig, CONFIGS / "grpo_demo.yaml")
+    assert cfg.algo.advantage_estimator == "group_norm" and cfg.model.freeze_encoder
