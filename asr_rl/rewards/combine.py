@@ -35,4 +35,15 @@ class WeightedReward:
 
 def build_reward(cfg: RewardConfig):
     """The reward the config selects: a remote server, a user file, or the built-in terms."""
+    if cfg.remote_url:
+        import os
+
+        from asr_rl.rewards.client import RemoteReward
+
+        return RemoteReward(cfg.remote_url, token=cfg.remote_token or os.environ.get("ASR_RL_REWARD_TOKEN"),
+                            timeout=cfg.remote_timeout, max_retries=cfg.remote_max_retries)
+    if cfg.file:
+        from asr_rl.rewards.plugins import load_reward_file
+
+        return load_reward_file(cfg.file)
     return WeightedReward(cfg.terms, cfg.term_options)

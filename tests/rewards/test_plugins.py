@@ -1,0 +1,96 @@
+"""User reward files: both plug-in signatures, the shipped examples, and every fault."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from asr_rl.rewards.base import RewardError, Sample
+from asr_rl.rewards.plugins import load_reward_file, load_reward_spec
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rewards"
+SAMPLES = [Sample("call ana", "call anna", "en", ("anna",), prompt="u1", response="language English<asr_text>call ana"),
+           Sample("打开客厅的灯", "打开客厅的灯", "zh", ("客厅",), prompt="u2", response="language Chinese<asr_text>打开客厅的灯",
+                  metadata={"speaker": "s1"})]
+
+
+def _file(tmp_path, body: str) -> Path:
+    path = tmp_path / "my_reward.py"
+    path.write_text(body)
+    return path
+
+
+def test_openrlhf_reward_func_gets_queries_prompts_labels_and_asr_kwargs(tmp_path):
+    path = _file(tmp_path, (
+        "def reward_func(queries, prompts, labels, hypotheses=None, languages=None, **kw):\n"
+        "    assert queries[0].startswith('language English<asr_text>') and prompts == ['u1', 'u2']\n"
+        "    return {'rewards': [float(h == l) for h, l in zip(hypotheses, labels)], 'extra_logs': {'n': [1, 3]}}\n"))
+    out = load_reward_file(path)(SAMPLES)
+    assert out.rewards == [0.0, 1.0] and out.extra_logs == {"n": 2.0}
+
+
+def test_openrlhf_reward_func_may_return_a_tensor(tmp_path):
+    path = _file(tmp_path, "import torch\n\ndef reward_func(queries, prompts, labels, **kw):\n"
+                           "    return torch.tensor([0.25, -1.0])\n")
+    assert load_reward_file(path)(SAMPLES).rewards == [0.25, -1.0]
+
+
+def test_shipped_openrlhf_example():
+    reward = load_reward_spec(str(RECIPES / "openrlhf_style.py"))
+    out = reward(SAMPLES)
+    # "call ana" vs "call anna": WER 1/2 -> 0.5; zh hypothesis equals its reference -> 1
+    assert out.rewards == [0.5, 1.0] and out.extra_logs == {"exact_match": 0.5}
+
+
+def test_trl_style_functions_with_weights_and_none(tmp_path):
+    reward = load_reward_file(RECIPES / "trl_style.py")
+    out = reward(SAMPLES + [Sample("", "hello", "en", ())])
+    # keyword_exact: "anna" not in "call ana" -> 0; 客厅 in -> 1; no keywords -> None (skipped)
+    # not_empty: 1, 1, -1 (weight 0.5)
+    assert out.rewards == [0.5, 1.5, -0.5]
+    assert out.terms["keyword_exact"] == [0.0, 1.0, None]
+
+
+def test_single_completions_function_is_found(tmp_path):
+    path = _file(tmp_path, "def length_bonus(completions, text, speaker=None, **kw):\n"
+                           "    return [len(c) / len(t) for c, t in zip(completions, text)]\n")
+    assert load_reward_file(path)(SAMPLES) == load_reward_file(path)(SAMPLES)
+    assert load_reward_file(path)(SAMPLES).rewards == [pytest.approx(8 / 9), 1.0]
+
+
+def test_builtin_spec():
+    out = load_reward_spec("builtin:asr")(SAMPLES)
+    assert set(out.terms) == {"cer", "keyword", "language", "fluency"}
+    assert load_reward_spec("builtin:cer")(SAMPLES).rewards == [pytest.approx(8 / 9), 1.0]
+
+
+@pytest.mark.parametrize("body, error, message", [
+    (None, FileNotFoundError, "my_reward.py does not exist"),
+    ("def reward_func(q, p, l):\n    return [1.0 for _ in q\n", ValueError, "syntax error at line"),
+    ("import no_such_module_xyz\n", ValueError, "failed to import: ModuleNotFoundError"),
+    ("def helper(x):\n    return x\n", ValueError, "defines no recognised reward.*functions found: helper"),
+])
+def test_bad_reward_files_fail_at_load(tmp_path, body, error, message):
+    path = tmp_path / "my_reward.py" if body is None else _file(tmp_path, body)
+    with pytest.raises(error, match=message):
+        load_reward_file(path)
+
+
+@pytest.mark.parametrize("returns, message", [
+    ("raise ZeroDivisionError('boom')", r"'my_reward.py:reward_func' raised ZeroDivisionError on samples 0-1: boom"),
+    ("return [1.0]", r"returned 1 rewards for 2 samples"),
+    ("return [1.0, float('nan')]", r"returned nan for sample 1"),
+    ("return 'good'", r"returned str, expected a list of numbers"),
+    ("return [1.0, 'x']", r"returned 'x' \(str\) for sample 1"),
+    ("return {'scores': [1, 1]}", r"returned a dict without 'rewards'"),
+])
+def test_faults_at_call_name_the_reward_sample_and_cause(tmp_path, returns, message):
+    reward = load_reward_file(_file(tmp_path, f"def reward_func(queries, prompts, labels, **kw):\n    {returns}\n"))
+    with pytest.raises(RewardError, match=message):
+        reward(SAMPLES)
+
+
+def test_trl_function_that_applies_to_no_sample_is_an_error(tmp_path):
+    reward = load_reward_file(_file(tmp_path, "def never(completions, **kw):\n    return [None] * len(completions)\n"))
+    with pytest.raises(RewardError, match="no function applies to sample 0"):
+        reward(SAMPLES)

@@ -1,0 +1,94 @@
+"""Built-in terms on hand-made cases (numbers worked out in the comments)."""
+from __future__ import annotations
+
+import pytest
+
+from asr_rl.rewards.base import RewardError, Sample
+from asr_rl.rewards.combine import WeightedReward
+from asr_rl.rewards.terms import (cer_term, fluency_term, get_term, keyword_term, language_term,
+                                  repeated_ngram_share, script_share, wer_gated_term, wer_term)
+
+
+def S(hyp, ref, lang="en", **kw):
+    return Sample(hyp, ref, lang, **kw)
+
+
+def test_cer_and_wer_terms_with_floor():
+    # "call ana" vs "call anna": 1 deletion / 9 chars; "x" vs "ab": 1 sub + 1 del -> CER 1.0
+    assert cer_term([S("call ana", "call anna")]) == [pytest.approx(1 - 1 / 9)]
+    # 3 insertions on a 1-char reference: CER 3 -> 1 - 3 = -2, floored
+    assert cer_term([S("abcd", "a")], floor=-1.0) == [-1.0]
+    assert cer_term([S("abcd", "a")]) == [0.0]
+    # "turn of the light" vs "turn on the lights": 2 substitutions / 4 words
+    assert wer_term([S("turn of the light", "turn on the lights")]) == [0.5]
+    # normalisation: case, punctuation and full-width forms do not count as errors
+    assert wer_term([S("Turn ON the lights!", "turn on the lights")]) == [1.0]
+
+
+def test_wer_gated_is_token_level_below_the_gate_and_flat_above():
+    samples = [S("turn on the light", "turn on the lights"),   # WER 1/4 -> 0.75
+               S("turn of a light", "turn on the lights"),    # WER 3/4 > 0.5 -> -1
+               S("打开客厅的等", "打开客厅的灯", "zh"),          # zh uses CER 1/6 -> 5/6
+               S("一二三四五六七", "打开客厅的灯", "zh")]           # CER 7/6 > gate -> -1
+    assert wer_gated_term(samples, gate=0.5) == [0.75, -1.0, pytest.approx(5 / 6), -1.0]
+    assert wer_gated_term(samples[1:2], gate=0.5, above_gate=0.0) == [0.0]
+
+
+def test_keyword_recall_and_inserted_keyword_penalty():
+    samples = [S("call anna in the kitchen", "call anna", keywords=("anna",)),    # recall 1, inserts "kitchen"
+               S("call bob", "call bob", keywords=("bob", "kitchen")),            # recall 1/2
+               S("turn on the lights", "turn on the lights"),                    # no keywords, no insertion
+               S("打开客厅的灯", "打开卧室的灯", "zh", keywords=("卧室",))]          # recall 0
+    # 1 - 0.5 * 1/1 = 0.5;  0.5 - 0 = 0.5;  1.0;  0.0
+    assert keyword_term(samples) == [0.5, 0.5, 1.0, 0.0]
+    assert keyword_term(samples, insertion_penalty=0.0)[0] == 1.0
+
+
+def test_language_term_script_and_tag():
+    assert script_share("打开 tv", "zh", "打开 TV") == 1.0          # Latin allowed: the reference has it
+    assert script_share("打开 tv", "zh", "打开电视") == pytest.approx(2 / 4)
+    assert script_share("call anna", "en") == 1.0
+    assert script_share("", "en") == 0.0
+    samples = [S("打开灯", "打开灯", "zh", predicted_language="Chinese"),
+               S("call anna", "call anna", "en", predicted_language="Chinese"),   # wrong tag -> 0
+               S("call 安娜", "call anna", "en")]                                  # 4 Latin of 6 letters
+    assert language_term(samples) == [1.0, 0.0, pytest.approx(4 / 6)]
+
+
+def test_fluency_penalties():
+    # "a b c a b c" -> 4 trigrams, (a b c) twice -> 1 repeat / 4 = 0.25
+    assert repeated_ngram_share("a b c a b c", 3) == 0.25
+    # characters for CJK: 哈哈哈哈 -> bigrams 哈哈 x3 -> 2 repeats / 3
+    assert repeated_ngram_share("哈哈哈哈", 2) == pytest.approx(2 / 3)
+    ref = "call anna"  # 9 chars -> allowed 13.5
+    samples = [S("call anna", ref),
+               S("", ref),                                                  # empty: 1 - 1 = 0
+               S("call anna", ref, well_formed=False),                       # malformed: 0
+               S("call anna call anna call anna", ref),                     # 29 chars, trigrams repeat
+               S("call anna", ref, duration=0.2)]                            # 25 ch/s x 0.2 s = 5 allowed
+    out = fluency_term(samples)
+    assert out[:3] == [1.0, 0.0, 0.0]
+    # 6 words -> 4 trigrams, 2 distinct -> repeats 2/4; length (29 - 13.5) / 13.5 capped at 1 -> 1 - 0.5 - 1
+    assert out[3] == pytest.approx(-0.5)
+    # length over audio: (9 - 5) / 5 = 0.8 -> 0.2
+    assert out[4] == pytest.approx(0.2)
+
+
+def test_weighted_reward_combines_and_logs_each_term():
+    reward = WeightedReward({"cer": 1.0, "keyword": 0.5})
+    out = reward([S("call ana", "call anna", keywords=("anna",))])
+    # cer 8/9; keyword: "ana" misses "anna" -> 0 -> total 8/9
+    assert out.rewards == [pytest.approx(8 / 9)]
+    assert out.terms == {"cer": [pytest.approx(8 / 9)], "keyword": [0.0]}
+    logs = out.log()
+    assert logs["reward/cer"] == pytest.approx(8 / 9) and logs["reward/keyword"] == 0.0
+
+
+def test_unknown_term_and_a_term_that_raises():
+    with pytest.raises(ValueError, match="unknown reward term 'bleu'; valid terms: cer, fluency, keyword"):
+        get_term("bleu")
+    with pytest.raises(ValueError, match="not in reward.terms"):
+        WeightedReward({"cer": 1.0}, {"wer": {"floor": 0}})
+    bad = WeightedReward({"cer": 1.0}, {"cer": {"no_such_option": 1}})
+    with pytest.raises(RewardError, match="reward term 'cer' raised TypeError"):
+        bad([S("a", "a")])
