@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from asr_rl.utils import setup_logging
@@ -87,6 +88,13 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reward_serve(args: argparse.Namespace) -> int:
+    from asr_rl.rewards.server import serve
+
+    serve(args.reward, host=args.host, port=args.port, token=args.token or os.environ.get("ASR_RL_REWARD_TOKEN"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asr-rl", description="RL fine-tuning for LLM-based speech recognition")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -135,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_eval)
+
+    reward = sub.add_parser("reward", help="reward server").add_subparsers(dest="reward_cmd", required=True)
+    srv = reward.add_parser("serve", help="serve a reward over OpenRLHF's /get_reward protocol")
+    srv.add_argument("--reward", default="builtin:asr", help="builtin:asr, builtin:cer,keyword,... or PATH.py")
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1 unless told otherwise)")
+    srv.add_argument("--port", type=int, default=5000)
+    srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (or $ASR_RL_REWARD_TOKEN)")
+    srv.set_defaults(func=_reward_serve)
     return parser
 
 

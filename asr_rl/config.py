@@ -41,12 +41,15 @@ class DataConfig:
         min_duration: shorter utterances are skipped with a warning (seconds).
         max_duration: longer utterances are skipped with a warning (seconds).
         shuffle: shuffle the training manifest every epoch (seeded by the run's `seed`).
+        bucket_batches: group utterances of similar duration into batches, sorting runs of this many
+            batches by duration (0 = off); less padding, same epoch coverage.
     """
 
     sample_rate: int = 16000
     min_duration: float = 0.1
     max_duration: float = 30.0
     shuffle: bool = True
+    bucket_batches: int = 0
 
 
 @dataclass(frozen=True)

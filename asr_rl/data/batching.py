@@ -62,12 +62,18 @@ class UtteranceSampler:
     Each epoch is a fresh permutation drawn from `seed + epoch` (or the natural order when
     `shuffle` is off); an epoch's tail smaller than a batch is dropped so every batch is full, which
     keeps GRPO's per-step shapes (and DeepSpeed's micro-batches) constant.
+
+    With `lengths` and `bucket_batches` > 0, each run of `bucket_batches` batches of the permutation
+    is sorted by length before it is cut into batches, and the batches are shuffled: batches hold
+    utterances of similar duration, so padding (which the conv front end and the LLM pay for) shrinks.
     """
 
     num_items: int
     batch_size: int
     seed: int = 0
     shuffle: bool = True
+    lengths: list[float] | None = None
+    bucket_batches: int = 0
     position: DataPosition = field(default_factory=DataPosition)
 
     def __post_init__(self) -> None:
@@ -81,7 +87,19 @@ class UtteranceSampler:
     def _order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
             return np.arange(self.num_items)
-        return np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(self.num_items)
+        if self.lengths is None or self.bucket_batches <= 0:
+            return order
+        pool = self.bucket_batches * self.batch_size
+        usable = (self.num_items // self.batch_size) * self.batch_size
+        order = order[:usable]
+        lengths = np.asarray(self.lengths)
+        for start in range(0, usable, pool):
+            chunk = order[start:start + pool]
+            order[start:start + pool] = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches = order.reshape(-1, self.batch_size)
+        return batches[rng.permutation(len(batches))].reshape(-1)
 
     def next_indices(self) -> list[int]:
         if self.position.index + self.batch_size > self.num_items:
@@ -102,10 +120,12 @@ class BatchLoader:
     """Seeded batches of `AudioBatch` from a list of utterances; `state_dict` makes it resumable."""
 
     def __init__(self, utterances: list[Utterance], batch_size: int, seed: int = 0, shuffle: bool = True,
-                 sample_rate: int = 16000):
+                 sample_rate: int = 16000, bucket_batches: int = 0):
         self.utterances = utterances
         self.sample_rate = sample_rate
-        self.sampler = UtteranceSampler(len(utterances), batch_size, seed=seed, shuffle=shuffle)
+        lengths = [u.duration or 0.0 for u in utterances] if bucket_batches > 0 else None
+        self.sampler = UtteranceSampler(len(utterances), batch_size, seed=seed, shuffle=shuffle, lengths=lengths,
+                                        bucket_batches=bucket_batches)
 
     def next_batch(self) -> AudioBatch:
         return load_batch([self.utterances[i] for i in self.sampler.next_indices()], self.sample_rate)

@@ -43,7 +43,6 @@ def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
 def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.batching import BatchLoader
     from asr_rl.data.manifest import read_manifest
-    from asr_rl.rewards.combine import build_reward
     from asr_rl.trainer.common import make_logger, setup_run
     from asr_rl.trainer.loop import RLTrainer
     from asr_rl.trainer.sft import evaluate_during_training
@@ -54,8 +53,8 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
     loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                          sample_rate=cfg.data.sample_rate)
-    reward_fn = build_reward(cfg.reward)
-    workers = build_workers(cfg, ctx, algo)
+    workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
+    reward_fn = make_reward(cfg)
     eval_fn = None
     if cfg.eval_manifest:
         eval_fn = lambda: evaluate_during_training(workers.policy, cfg.eval_manifest, cfg.eval)  # noqa: E731
@@ -68,6 +67,17 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     finally:
         getattr(workers, "shutdown", lambda: None)()
     return trainer.save_final()
+
+
+def make_reward(cfg: RLConfig):
+    """Remote servers, a user file or the built-in terms; in Ray reward actors when asked."""
+    from asr_rl.rewards.combine import build_reward
+
+    if cfg.backend == "ray" and cfg.reward.num_workers > 0 and not cfg.reward.remote_url:
+        from asr_rl.trainer.distributed.reward_workers import RayRewardPool
+
+        return RayRewardPool(cfg.reward, cfg.reward.num_workers)
+    return build_reward(cfg.reward)
 
 
 def build_workers(cfg: RLConfig, ctx, algo: str):

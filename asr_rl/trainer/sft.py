@@ -62,7 +62,7 @@ def train_sft(cfg: SFTConfig):
     optimizer = build_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas)
     scheduler = build_scheduler(optimizer, cfg.max_steps, cfg.lr_warmup_ratio, cfg.min_lr_ratio)
     loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                         sample_rate=cfg.data.sample_rate)
+                         sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches)
     step = 0
     if ctx.resume_from is not None:
         step = _restore(ctx.resume_from, policy, ctc_head, optimizer, scheduler, loader)

@@ -44,3 +44,17 @@ def test_loader_yields_audio_with_utterances(tone_manifest):
     assert [len(w) for w in batch.waveforms] == [8000, 16000]
     assert batch.durations == [0.5, 1.0]
     assert [len(b) for b in iter_batches(utts, 1)] == [1, 1]
+
+
+def test_bucketing_groups_similar_lengths_and_still_covers_the_epoch():
+    lengths = [float(i % 10) for i in range(40)]
+    s = UtteranceSampler(num_items=40, batch_size=4, seed=0, lengths=lengths, bucket_batches=5)
+    batches = [s.next_indices() for _ in range(10)]
+    assert sorted(i for b in batches for i in b) == list(range(40))  # every item once per epoch
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / 10
+    plain = UtteranceSampler(num_items=40, batch_size=4, seed=0)
+    plain_spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b)
+                       for b in (plain.next_indices() for _ in range(10))) / 10
+    assert spread < plain_spread / 2
+    again = UtteranceSampler(num_items=40, batch_size=4, seed=0, lengths=lengths, bucket_batches=5)
+    assert [again.next_indices() for _ in range(10)] == batches

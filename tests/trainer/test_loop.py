@@ -34,7 +34,7 @@ class _Reward:
 
 
 def _run_with_reward(monkeypatch, reward, *args):
-    monkeypatch.setattr(combine, "build_reward", lambda cfg: reward)  # the run builds its reward from here
+    monkeypatch.setattr(combine, "build_reward", lambda cfg: reward)  # the run builds its reward here
     return run_audio_rl(load_rl_config("grpo", None, list(args)))
 
 

@@ -1,0 +1,295 @@
+"""An HTTP reward server speaking OpenRLHF's remote reward protocol (DESIGN.md, "Interfaces").
+
+`POST /get_reward` takes `{"query": [...], "prompts": [...], "labels": [...]}` (OpenRLHF's
+`remote_rm_fn` body) and answers `{"rewards": [...], "scores": [...], "extra_logs": {...}}`.
+
+Choices (DESIGN: "where it is silent, choose what an OpenRLHF user would expect"):
+- scores: the reward's own scores; a reward without scores sends its rewards as scores, unclipped,
+  as OpenRLHF's example servers do (`{"rewards": r, "scores": r}`). They lie in [0, 1] only when the
+  rewards do.
+- extra_logs: the mean of each term over the request (None values skipped) plus the reward's own
+  `extra_logs`; non-finite values are left out, since JSON cannot carry them.
+- extension: our client also sends `"samples": [{Sample fields}]` (keywords as a list). When present,
+  the `Sample`s are built from it exactly and the OpenRLHF lists are only checked for length. Without
+  it, samples are rebuilt from the OpenRLHF fields (see `sample_from_query`), plus optional per-sample
+  `language` and `keywords` lists.
+- one reward call at a time per server (a lock), because user rewards need not be thread-safe (a model
+  on one GPU, a counter); scale out with several servers, which `RemoteReward` splits a batch across.
+- errors answer `{"error": "..."}`: 401 bad token, 400 invalid JSON, 413 body too large, 415 not JSON,
+  422 malformed fields, 500 when the reward raises or returns the wrong count or a non-finite value.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import os
+import re
+import threading
+from dataclasses import fields
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from asr_rl.rewards.base import RewardError, RewardOutput, Sample, check_output
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+TOKEN_ENV = "ASR_RL_REWARD_TOKEN"
+ASR_TEXT = "<asr_text>"
+# Decoded OpenRLHF queries may keep the chat template's end tokens (`<|im_end|>`, `<|endoftext|>`);
+# they are not part of the transcript and would count as insertions in CER.
+_TRAILING_SPECIAL = re.compile(r"(?:\s*<\|[^|<>\s]*\|>)+\s*$")
+_LANGUAGE_TAG = re.compile(r"language\s+([^\s<>]+)\s*$", re.IGNORECASE)
+_LIST_FIELDS = ("query", "prompts", "labels", "language", "keywords", "samples")
+
+
+class BadRequest(Exception):
+    """A request the server refuses: an HTTP status and a message for the `error` field."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def reward_name(reward) -> str:
+    """The reward's `name`, or its class name for a plain callable."""
+    return getattr(reward, "name", None) or type(reward).__name__
+
+
+def span(n: int, start: int = 0) -> str:
+    """`sample 3` or `samples 0-7`: how errors name the samples they concern."""
+    return f"sample {start}" if n == 1 else f"samples {start}-{start + n - 1}"
+
+
+# ----------------------------------------------------------------------------- request -> samples
+def _is_str(v) -> bool:
+    return isinstance(v, str)
+
+
+def _is_str_list(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# field -> (check, what the field must be); `None` is allowed where the Sample default is None.
+_SAMPLE_CHECKS = {
+    "hypothesis": (lambda v: isinstance(v, str), "a string"),
+    "reference": (lambda v: isinstance(v, str), "a string"),
+    "language": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "keywords": (lambda v: v is None or _is_str_list(v), "a list of strings"),
+    "prompt": (lambda v: isinstance(v, str), "a string"),
+    "response": (lambda v: isinstance(v, str), "a string"),
+    "predicted_language": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "well_formed": (lambda v: isinstance(v, bool), "true or false"),
+    "duration": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
+                 "a number or null"),
+    "group_id": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "metadata": (lambda v: v is None or isinstance(v, dict), "an object"),
+}
+assert set(_SAMPLE_CHECKS) == {f.name for f in fields(Sample)}, "keep _SAMPLE_CHECKS in step with Sample"
+
+
+def sample_from_dict(d, i: int) -> Sample:
+    """`samples[i]` (our client's extension) -> the exact `Sample`; 422 naming the bad field."""
+    if not isinstance(d, dict):
+        raise BadRequest(422, f"samples[{i}] must be an object with Sample fields, got {type(d).__name__}")
+    unknown = sorted(set(d) - set(_SAMPLE_CHECKS))
+    if unknown:
+        raise BadRequest(422, f"samples[{i}] has unknown fields {unknown}; valid: {sorted(_SAMPLE_CHECKS)}")
+    for key in ("hypothesis", "reference"):
+        if key not in d:
+            raise BadRequest(422, f"samples[{i}] lacks the required field {key!r}")
+    for key, value in d.items():
+        ok, what = _SAMPLE_CHECKS[key]
+        if not ok(value):
+            raise BadRequest(422, f"samples[{i}].{key} must be {what}, got {value!r}")
+    kw = dict(d)
+    kw["keywords"] = tuple(kw.get("keywords") or ())
+    kw["metadata"] = kw.get("metadata") or {}
+    return Sample(**kw)
+
+
+def sample_from_query(query: str, prompt: str, label: str, language=None, keywords=None) -> Sample:
+    """One OpenRLHF triple -> a Sample.
+
+    hypothesis: the text after the last `<asr_text>` if the query has one (Qwen3-ASR's
+    `language English<asr_text>...`), else the query minus the prompt when it starts with it, else the
+    whole query; trailing `<|...|>` end tokens are dropped. predicted_language: the name in the
+    `language <Name>` tag before the marker. well_formed stays True: without our extension the server
+    cannot tell a text task (no marker expected) from a malformed ASR answer.
+    """
+    predicted = None
+    if ASR_TEXT in query:
+        head, hypothesis = query.rsplit(ASR_TEXT, 1)
+        tag = _LANGUAGE_TAG.search(head)
+        predicted = tag.group(1) if tag and tag.group(1).lower() != "none" else None
+    elif prompt and query.startswith(prompt):
+        hypothesis = query[len(prompt):]
+    else:
+        hypothesis = query
+    hypothesis = _TRAILING_SPECIAL.sub("", hypothesis).strip()
+    return Sample(hypothesis=hypothesis, reference=label, language=language, keywords=tuple(keywords or ()),
+                  prompt=prompt, response=query, predicted_language=predicted)
+
+
+def _check_items(name: str, values: list, allow_none: bool, ok, what: str) -> None:
+    for i, v in enumerate(values):
+        if not ((allow_none and v is None) or ok(v)):
+            raise BadRequest(422, f"{name}[{i}] must be {what}, got {v!r}")
+
+
+def parse_request(body) -> list[Sample]:
+    """The JSON body -> one Sample per query; 422 naming the field for anything malformed."""
+    if not isinstance(body, dict):
+        raise BadRequest(422, f"the body must be a JSON object with a 'query' list, got {type(body).__name__}")
+    lists = {k: body[k] for k in _LIST_FIELDS if body.get(k) is not None}
+    for k, v in lists.items():
+        if not isinstance(v, list):
+            raise BadRequest(422, f"field {k!r} must be a list with one item per sample, got {type(v).__name__}")
+    if "query" not in lists and "samples" not in lists:
+        raise BadRequest(422, "missing field 'query': send {\"query\": [...], \"prompts\": [...], \"labels\": [...]}")
+    first = "samples" if "samples" in lists else "query"
+    n = len(lists[first])
+    for k, v in lists.items():
+        if len(v) != n:
+            raise BadRequest(422, f"field {k!r} has {len(v)} items but {first!r} has {n}; "
+                                  "every list needs one item per sample")
+    if "samples" in lists:
+        return [sample_from_dict(d, i) for i, d in enumerate(lists["samples"])]
+    _check_items("query", lists["query"], False, _is_str, "a string")
+    # OpenRLHF sends labels/prompts as None when the prompt set has none: treat as empty text.
+    for k in ("prompts", "labels", "language"):
+        _check_items(k, lists.get(k, []), True, _is_str, "a string or null")
+    _check_items("keywords", lists.get("keywords", []), True, _is_str_list, "a list of strings or null")
+    cols = {k: lists.get(k, [None] * n) for k in ("prompts", "labels", "language", "keywords")}
+    return [sample_from_query(q, cols["prompts"][i] or "", cols["labels"][i] or "", cols["language"][i],
+                              cols["keywords"][i]) for i, q in enumerate(lists["query"])]
+
+
+# ----------------------------------------------------------------------------- scoring
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def score(reward, samples: list[Sample]) -> dict:
+    """Run the reward and build the answer; RewardError naming the reward, samples and cause."""
+    name, n = reward_name(reward), len(samples)
+    try:
+        out = reward(samples)
+    except Exception as e:  # the client must see why, never a fake 0
+        raise RewardError(f"reward {name!r} failed on {span(n)}: {type(e).__name__}: {e}") from e
+    if not isinstance(out, RewardOutput):
+        raise RewardError(f"reward {name!r} returned {type(out).__name__} for {span(n)}; expected RewardOutput")
+    check_output(name, out, n)
+    if out.scores is not None:
+        for i, s in enumerate(out.scores):
+            if not _finite(s):
+                raise RewardError(f"reward {name!r} returned score {s!r} for sample {i}; scores must be finite")
+    logs = {}
+    for term, values in out.terms.items():
+        vals = [v for v in values if v is not None]
+        if vals and all(_finite(v) for v in vals):
+            logs[term] = sum(vals) / len(vals)
+    logs.update({k: float(v) for k, v in out.extra_logs.items() if _finite(v)})
+    scores = out.rewards if out.scores is None else [float(s) for s in out.scores]
+    return {"rewards": out.rewards, "scores": scores, "extra_logs": logs}
+
+
+# ----------------------------------------------------------------------------- HTTP
+def _check_token(request: Request, token: str | None) -> None:
+    if token is None:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    # compare_digest: the time taken does not reveal how much of the token matched.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise BadRequest(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'")
+
+
+async def _read_json(request: Request, limit: int):
+    """The body as JSON: 415 unless JSON, 413 past `limit` bytes (also for chunked bodies), 400 if invalid."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise BadRequest(415, f"content type {media or 'none'!r} is not supported; "
+                              "send JSON with 'Content-Type: application/json'")
+    declared = request.headers.get("content-length", "")
+    too_big = f"request body exceeds the server's limit of {limit} bytes (max_request_bytes)"
+    if declared.isdigit() and int(declared) > limit:
+        raise BadRequest(413, too_big)
+    body, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, too_big)
+        body.append(chunk)
+    try:
+        return json.loads(b"".join(body))
+    except ValueError as e:
+        raise BadRequest(400, f"request body is not valid JSON: {e}") from None
+
+
+def create_app(reward, token: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+    """A FastAPI app serving `reward` on `POST /get_reward` and `GET /health`.
+
+    Args:
+        reward: a callable `list[Sample] -> RewardOutput` with a `name` (the reward contract).
+        token: when set (non-empty), every `/get_reward` call must send `Authorization: Bearer <token>`.
+        max_request_bytes: bodies larger than this get 413 without being read in full.
+    """
+    name = reward_name(reward)
+    token = token or None  # an empty token would accept `Authorization: Bearer ` from anyone
+    lock = threading.Lock()
+    app = FastAPI(title=f"asr-rl reward server ({name})")
+
+    def run_reward(samples: list[Sample]) -> dict:
+        with lock:
+            return score(reward, samples)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "reward": name}
+
+    @app.post("/get_reward")
+    async def get_reward(request: Request):
+        try:
+            _check_token(request, token)
+            samples = parse_request(await _read_json(request, max_request_bytes))
+            if not samples:
+                return {"rewards": [], "scores": [], "extra_logs": {}}
+            # The reward is CPU- or GPU-bound sync code: keep the event loop free for /health.
+            return await run_in_threadpool(run_reward, samples)
+        except BadRequest as e:
+            headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+            return JSONResponse({"error": e.message}, status_code=e.status, headers=headers)
+        except RewardError as e:
+            log.error("%s", e)
+            return JSONResponse({"error": str(e)}, status_code=500)
+        except Exception as e:  # a bug here must still answer with a cause, not a bare 500
+            log.exception("reward server error")
+            return JSONResponse({"error": f"reward server error: {type(e).__name__}: {e}"}, status_code=500)
+
+    return app
+
+
+def serve(reward_spec: str = "builtin:asr", host: str = "127.0.0.1", port: int = 5000, token: str | None = None,
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    """Load `reward_spec` (`builtin:asr` or a user `.py` file) and serve it until interrupted.
+
+    The token defaults to the `ASR_RL_REWARD_TOKEN` environment variable, which keeps it out of
+    the process list. Binds 127.0.0.1 unless told otherwise.
+    """
+    import uvicorn
+
+    from asr_rl.rewards.plugins import load_reward_spec  # lazy: plugins may import user code
+
+    token = (token if token is not None else os.environ.get(TOKEN_ENV)) or None  # "" means none
+    reward = load_reward_spec(reward_spec)
+    app = create_app(reward, token=token, max_request_bytes=max_request_bytes)
+    if host in ("0.0.0.0", "::", "") and not token:
+        log.warning("serving reward on %s:%d without a token: anyone who can reach this port can call it; "
+                    "set --token or %s", host or "0.0.0.0", port, TOKEN_ENV)
+    log.info("serving reward %r at http://%s:%d/get_reward", reward_name(reward), host, port)
+    uvicorn.run(app, host=host, port=port, log_level="info")
