@@ -54,7 +54,7 @@ class RLTrainer:
         self.step_no += 1
         self.kl_ctl.update(adv_metrics.get("kl/mean", 0.0), len(exp))
         reward_log = merge_reward_outputs(groups).log()
-        return {**reward_log, **stats, **adv_metrics, **train_metrics, **_response_stats(exp),
+        return {**stats, **reward_log, **adv_metrics, **train_metrics, **_response_stats(exp),
                 "kl/coef": self.kl_ctl.value, **t}
 
     def collect_groups(self, timings: dict[str, float]) -> tuple[list[Group], dict[str, float]]:
@@ -62,6 +62,7 @@ class RLTrainer:
         want, n = self.cfg.rollout.rollout_batch_size, self.cfg.rollout.n_samples_per_prompt
         kept: list[Group] = []
         seen = dropped = rounds = 0
+        logs: dict[str, float] = {}
         while len(kept) < want and rounds <= self.cfg.rollout.max_filter_rounds:
             batch = self.loader.next_batch()
             rows = self.workers.encode(batch)
@@ -69,7 +70,8 @@ class RLTrainer:
             groups = [Group(item, row, ids, [self.workers.decode(x) for x in ids])
                       for item, row, ids in zip(batch.items, rows, samples)]
             with timer(timings, "reward"):
-                self.score(groups)
+                for key, value in self.score(groups).items():  # averaged over the refill rounds
+                    logs[key] = logs.get(key, 0.0) + value
             seen += len(groups)
             informative = [g for g in groups if g.informative] if self.cfg.dynamic_filtering else groups
             dropped += len(groups) - len(informative)
@@ -80,12 +82,15 @@ class RLTrainer:
                                "rewards tie); raise temperature or rollout.max_filter_rounds, or set "
                                "rollout.dynamic_filtering=false")
         return kept[:want], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
-                             "rollout/groups_kept": min(len(kept), want), "rollout/rounds": rounds}
+                             "rollout/groups_kept": min(len(kept), want), "rollout/rounds": rounds,
+                             **{f"reward/{k}": v / rounds for k, v in logs.items()}}
 
-    def score(self, groups: list[Group]) -> None:
+    def score(self, groups: list[Group]) -> dict[str, float]:
+        """Rewards onto the groups; returns the reward's extra logs (e.g. a remote server's)."""
         samples = make_samples(groups, self.workers.parse)
         out = check_output(getattr(self.reward_fn, "name", "reward"), self.reward_fn(samples), len(samples))
         attach_rewards(groups, out)
+        return out.extra_logs
 
     def compute_advantages(self, exp: Experience) -> dict[str, float]:
         a = self.cfg.algo
