@@ -192,12 +192,24 @@ class AudioPolicy(nn.Module):
     @torch.no_grad()
     def generate_from_embeds(self, prompt_embeds: torch.Tensor, attention_mask: torch.Tensor, n: int = 1, *,
                              do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                             max_new_tokens: int = 64, num_beams: int = 1) -> Responses:
+                             max_new_tokens: int = 64, num_beams: int = 1, seeds: list[int] | None = None) -> Responses:
         """`generate` from left-padded prompt embeddings `(B, P, H)`; rows b*n..b*n+n-1 of the result
-        are the n samples of prompt b."""
+        are the n samples of prompt b. With `seeds` (one per output row) sampling is
+        placement-invariant (models/sampling.py)."""
         kwargs = dict(do_sample=do_sample, max_new_tokens=max_new_tokens, num_return_sequences=n,
                       eos_token_id=self.eos_id, pad_token_id=self.pad_id, suppress_tokens=self.forbidden_ids)
-        if do_sample:
+        if do_sample and seeds is not None:
+            from transformers import LogitsProcessorList
+
+            from asr_rl.models.sampling import SeededGumbelSampler
+
+            sampler = SeededGumbelSampler(seeds, temperature=temperature, top_k=top_k, top_p=top_p)
+            kwargs.update(do_sample=False, num_beams=1, temperature=None, top_p=None, top_k=None,
+                          num_return_sequences=1, logits_processor=LogitsProcessorList([sampler]))
+            # greedy search returns one sequence per input: expand the group here
+            prompt_embeds = prompt_embeds.repeat_interleave(n, dim=0)
+            attention_mask = attention_mask.repeat_interleave(n, dim=0)
+        elif do_sample:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
         else:
             kwargs.update(num_beams=max(num_beams, n), temperature=None, top_p=None, top_k=None)

@@ -66,6 +66,8 @@ class SFTConfig(RunConfig):
         max_norm: gradient clipping norm.
         ctc_weight: weight of the auxiliary CTC loss on the encoder output (0 disables it).
         ctc_labels_per_frame: CTC slots each encoder frame predicts (the encoder is slower than speech).
+        token_dropout: share of teacher-forced input tokens replaced by random ones (labels kept),
+            which pushes a small decoder to listen instead of guessing from the text so far.
     """
 
     train_batch_size: int = 16
@@ -78,6 +80,7 @@ class SFTConfig(RunConfig):
     max_norm: float = 1.0
     ctc_weight: float = 0.5
     ctc_labels_per_frame: int = 3
+    token_dropout: float = 0.0
     model: ModelConfig = field(default_factory=lambda: ModelConfig(freeze_encoder=False))
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

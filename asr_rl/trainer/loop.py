@@ -10,6 +10,7 @@ import time
 
 from tqdm import tqdm
 
+from asr_rl.models.sampling import sequence_seed
 from asr_rl.rewards.base import check_output
 from asr_rl.trainer.advantages import AdvantageInputs, compute_advantages, whiten
 from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, rng_state, save_checkpoint, save_final,
@@ -66,7 +67,9 @@ class RLTrainer:
         while len(kept) < want and rounds <= self.cfg.rollout.max_filter_rounds:
             batch = self.loader.next_batch()
             rows = self.workers.encode(batch)
-            samples = self.workers.sample(rows, n)
+            seeds = [sequence_seed(self.cfg.seed, self.step_no, rounds, getattr(item, "id", k), j)
+                     for k, item in enumerate(batch.items) for j in range(n)]
+            samples = self.workers.sample(rows, n, seeds)
             groups = [Group(item, row, ids, [self.workers.decode(x) for x in ids])
                       for item, row, ids in zip(batch.items, rows, samples)]
             with timer(timings, "reward"):

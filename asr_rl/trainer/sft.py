@@ -36,7 +36,8 @@ def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig
     states = policy.encode_audio(prompts)
     embeds = policy.prompt_embeds(prompts, states)
     targets = policy.target_ids(batch.texts, batch.languages)
-    logits = policy.response_logits(embeds, prompts.attention_mask, targets)
+    inputs = _drop_tokens(policy, targets, cfg.token_dropout, rng) if rng is not None else targets
+    logits = policy.response_logits(embeds, prompts.attention_mask, inputs)
     mask = targets.mask.bool()
     ce = F.cross_entropy(logits[mask], targets.ids[mask])
     metrics = {"loss/ce": ce.item(), "tokens": int(mask.sum())}
@@ -49,6 +50,21 @@ def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig
         metrics["loss/ctc"] = ctc.item()
     metrics["loss/total"] = loss.item()
     return loss, metrics
+
+
+def _drop_tokens(policy, targets, p: float, rng: np.random.Generator):
+    """Teacher-forcing inputs with a share `p` of tokens replaced by random ones (labels unchanged).
+
+    A tiny decoder first learns the text's grammar and ignores the audio; corrupting its history
+    weakens that shortcut so the audio becomes the reliable evidence (word dropout, Bowman et al.
+    2016, arXiv:1511.06349, used the same way in attention-based ASR).
+    """
+    if p <= 0:
+        return targets
+    allowed = np.setdiff1d(np.arange(len(policy.tokenizer)), policy.forbidden_ids + [policy.eos_id])
+    drop = torch.as_tensor(rng.random(targets.ids.shape) < p, device=targets.ids.device) & targets.mask.bool()
+    noise = torch.as_tensor(rng.choice(allowed, size=targets.ids.shape), device=targets.ids.device)
+    return type(targets)(torch.where(drop, noise, targets.ids), targets.mask, targets.texts)
 
 
 def train_sft(cfg: SFTConfig):

@@ -27,12 +27,13 @@ class HFRolloutEngine:
         self.policy = policy
 
     @torch.no_grad()
-    def generate(self, prompt_rows: list, n: int, rollout) -> list[list[list[int]]]:
-        """For each prompt row, n sampled token-id lists (EOS included when emitted)."""
+    def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[list[list[int]]]:
+        """For each prompt row, n sampled token-id lists (EOS included when emitted); `seeds` has one
+        seed per output sequence (row-major), so results do not depend on batching or placement."""
         embeds, mask = self.policy.embed_rows(prompt_rows)
         out = self.policy.generate_from_embeds(embeds, mask, n, do_sample=True, temperature=rollout.temperature,
                                                top_p=rollout.top_p, top_k=rollout.top_k,
-                                               max_new_tokens=rollout.max_new_tokens)
+                                               max_new_tokens=rollout.max_new_tokens, seeds=seeds)
         seqs = [ids[m.bool()].tolist() for ids, m in zip(out.ids.cpu(), out.mask.cpu())]
         return [seqs[i * n:(i + 1) * n] for i in range(len(prompt_rows))]
 
@@ -68,9 +69,9 @@ class LocalWorkers:
     def encode(self, batch) -> list:
         return self.policy.encode_batch(batch)
 
-    def sample(self, prompt_rows: list, n: int) -> list[list[list[int]]]:
+    def sample(self, prompt_rows: list, n: int, seeds: list[int]) -> list[list[list[int]]]:
         self.policy.eval()
-        return self.engine.generate(prompt_rows, n, self.cfg.rollout)
+        return self.engine.generate(prompt_rows, n, self.cfg.rollout, seeds)
 
     def decode(self, ids: list[int]) -> str:
         return self.policy.decode_ids(torch.as_tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
