@@ -25,6 +25,10 @@ class AudioBatch:
     def __len__(self) -> int:
         return len(self.utterances)
 
+    def select(self, idx) -> "AudioBatch":
+        idx = list(idx)
+        return AudioBatch([self.utterances[i] for i in idx], [self.waveforms[i] for i in idx], self.sample_rate)
+
     @property
     def items(self) -> list[Utterance]:
         return self.utterances

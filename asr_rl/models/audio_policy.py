@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from asr_rl.models.audio_llm import AudioLLMSpec, AudioPrompts, spec_for
+from asr_rl.models.codec import ResponseCodec
 
 _MASKED_LOGIT = -1e9  # finite, so that p * log p stays 0 (not NaN) for forbidden tokens
 
@@ -66,6 +67,7 @@ class AudioPolicy(nn.Module):
         self.eos_id = self.tokenizer.eos_token_id
         self.pad_id = self.tokenizer.pad_token_id
         self.forbidden_ids = sorted(self._forbidden_token_ids())
+        self.codec = ResponseCodec(self.tokenizer, self.spec, force_language)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -225,19 +227,12 @@ class AudioPolicy(nn.Module):
         return Responses(ids, mask, self.decode_ids(ids, mask))
 
     def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
-        texts = []
-        for row, m in zip(ids.tolist(), mask.tolist()):
-            toks = [t for t, keep in zip(row, m) if keep and t not in (self.eos_id, self.pad_id)]
-            texts.append(self.tokenizer.decode(toks, skip_special_tokens=False))
-        return texts
+        return self.codec.decode_ids(ids, mask)
 
     def parse(self, text: str, language: str | None) -> tuple[str | None, str, bool]:
         """Response text -> (language name or None, transcript, well_formed)."""
-        if self.force_language:
-            from asr_rl.data.languages import LANGUAGE_NAMES
-
-            return LANGUAGE_NAMES.get(language or "", None), text.strip(), True
-        return self.spec.parse_output(text)
+        self.codec.force_language = self.force_language
+        return self.codec.parse(text, language)
 
     # ------------------------------------------------------------------ scoring
     def response_hidden(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor,

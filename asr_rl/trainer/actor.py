@@ -98,7 +98,8 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
                     # stop before the bad gradient reaches the weights: the last checkpoint stays good
                     raise TrainingDiverged(f"{prefix} loss is {float(out.loss)} ({out.metrics}); stopping. The last "
                                            "checkpoint is intact: lower the learning rate or check the rewards")
-                strategy.backward(out.loss / n_micro)  # mean over the minibatch's micro-batches
+                # mean over the minibatch's micro-batches
+                strategy.backward(out.loss / n_micro, last=k + micro_size >= len(mini))
                 for name, v in {f"{prefix}/loss": float(out.loss.detach()), **out.metrics}.items():
                     sums[name] = sums.get(name, 0.0) + float(v)
                 n_micro_total += 1

@@ -189,6 +189,45 @@ class OptimConfig:
     max_norm: float = 1.0
 
 
+@dataclass(frozen=True)
+class DistributedConfig:
+    """The Ray + DeepSpeed backend (`backend=ray`); OpenRLHF names.
+
+    Attributes:
+        actor_num_nodes: nodes for the policy ranks.
+        actor_num_gpus_per_node: policy (DeepSpeed data-parallel) ranks per node; on a CPU machine
+            each rank is a CPU process.
+        zero_stage: DeepSpeed ZeRO stage 0-3.
+        bf16: bf16 weights/compute in DeepSpeed.
+        adam_offload: offload optimizer states to CPU (ZeRO >= 1).
+        colocate_actor_ref: the reference model lives in the policy ranks (no separate group).
+        colocate_all: policy, reference and critic share the ranks' processes.
+        vllm_num_engines: vLLM rollout engines (rollout.engine=vllm).
+        vllm_tensor_parallel_size: GPUs per vLLM engine.
+        vllm_gpu_memory_utilization: share of GPU memory a vLLM engine may take.
+        ray_num_cpus: CPUs of the embedded Ray cluster (null: all).
+    """
+
+    actor_num_nodes: int = 1
+    actor_num_gpus_per_node: int = 2
+    zero_stage: int = 2
+    bf16: bool = False
+    adam_offload: bool = False
+    colocate_actor_ref: bool = True
+    colocate_all: bool = True
+    vllm_num_engines: int = 1
+    vllm_tensor_parallel_size: int = 1
+    vllm_gpu_memory_utilization: float = 0.5
+    ray_num_cpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if not (self.colocate_actor_ref and self.colocate_all):
+            raise ValueError("separate reference/critic actor groups are not implemented yet: keep "
+                             "colocate_actor_ref=true and colocate_all=true (they share the policy ranks)")
+
+
 GROUP_ESTIMATORS_NEEDING_N = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
 
 
@@ -212,6 +251,7 @@ class RLConfig(RunConfig):
     reward: RewardConfig = field(default_factory=RewardConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self) -> None:
         n, b = self.rollout.n_samples_per_prompt, self.rollout.rollout_batch_size

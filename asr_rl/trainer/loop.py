@@ -40,7 +40,7 @@ class RLTrainer:
         # 1-2. rollout and score: n responses per prompt, refilling groups whose rewards tie
         with timer(t, "rollout"):
             groups, stats = self.collect_groups(t)
-        exp = build_experience(groups, self.cfg.rollout.n_samples_per_prompt, self.workers.policy.pad_id)
+        exp = build_experience(groups, self.cfg.rollout.n_samples_per_prompt, self.workers.pad_id)
         # 3. log-probs of the old policy / reference, critic values; then advantages
         with timer(t, "logprobs"):
             self.workers.annotate(exp, need_old_logp=self._needs_old_logp(len(exp)))

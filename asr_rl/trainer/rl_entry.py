@@ -45,7 +45,6 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.manifest import read_manifest
     from asr_rl.trainer.common import make_logger, setup_run
     from asr_rl.trainer.loop import RLTrainer
-    from asr_rl.trainer.sft import evaluate_during_training
 
     ctx = setup_run(cfg)
     if not cfg.train_manifest:
@@ -57,16 +56,16 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     reward_fn = make_reward(cfg)
     eval_fn = None
     if cfg.eval_manifest:
-        eval_fn = lambda: evaluate_during_training(workers.policy, cfg.eval_manifest, cfg.eval)  # noqa: E731
+        eval_fn = lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)  # noqa: E731
     trainer = RLTrainer(cfg, workers, reward_fn, loader, None, ctx.output_dir, eval_fn)
     if ctx.resume_from is not None:
         trainer.restore(ctx.resume_from)
     trainer.logger = make_logger(cfg, ctx, resume_step=trainer.step_no)
     try:
         trainer.fit()
+        return trainer.save_final()
     finally:
         getattr(workers, "shutdown", lambda: None)()
-    return trainer.save_final()
 
 
 def make_reward(cfg: RLConfig):

@@ -61,6 +61,16 @@ class Experience:
     def prompt_rows(self) -> list:
         return [g.prompt for g in self.groups]
 
+    def subset_groups(self, group_idx) -> "Experience":
+        """The experience of groups `group_idx` (for sharding over data-parallel ranks)."""
+        group_idx = list(group_idx)
+        rows = torch.as_tensor([g * self.group_size + j for g in group_idx for j in range(self.group_size)],
+                               dtype=torch.long)
+        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        return Experience([self.groups[g] for g in group_idx], self.group_size, self.response_ids[rows],
+                          self.response_mask[rows], self.rewards[rows], pick(self.old_logp), pick(self.ref_logp),
+                          pick(self.values), pick(self.advantages), pick(self.returns))
+
     def select(self, seq_idx: list[int]) -> "MicroBatch":
         """Sequences `seq_idx` with the prompt rows they need and the index mapping them."""
         groups = sorted({i // self.group_size for i in seq_idx})

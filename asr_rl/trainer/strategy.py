@@ -18,7 +18,8 @@ class LocalStrategy:
         self.scheduler = build_scheduler(self.optimizer, total_steps, warmup_ratio, min_lr_ratio)
         self.max_norm = max_norm
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, last: bool = True) -> None:
+        """Accumulate gradients; `last` marks the minibatch's final micro-batch (DeepSpeed reduces there)."""
         loss.backward()
 
     def step(self) -> float:

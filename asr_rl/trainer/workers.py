@@ -65,6 +65,15 @@ class LocalWorkers:
                                 if critic is not None else None)
         self.engine = engine or HFRolloutEngine(policy)
 
+    @property
+    def pad_id(self) -> int:
+        return self.policy.pad_id
+
+    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
+        from asr_rl.trainer.sft import evaluate_during_training
+
+        return evaluate_during_training(self.policy, manifest, eval_cfg)
+
     # --- rollout -------------------------------------------------------------------------
     def encode(self, batch) -> list:
         return self.policy.encode_batch(batch)

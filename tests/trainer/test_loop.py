@@ -66,7 +66,7 @@ def test_nan_loss_raises_before_the_optimizer_steps():
     class Strategy:
         lr = 0.1
 
-        def backward(self, loss):
+        def backward(self, loss, last=True):
             pass
 
         def step(self):

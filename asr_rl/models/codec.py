@@ -1,0 +1,48 @@
+"""Turning response token ids into text and transcripts, without the model's weights.
+
+The Ray controller decodes and parses every sample to score it; it needs the tokenizer and the
+model family's output format, not a copy of the network.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from asr_rl.data.languages import LANGUAGE_NAMES
+
+
+class ResponseCodec:
+    def __init__(self, tokenizer, spec=None, force_language: bool = False):
+        self.tokenizer = tokenizer
+        self.spec = spec  # None: plain text responses (the text RLHF path)
+        self.force_language = force_language
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, force_language: bool = False) -> "ResponseCodec":
+        from transformers import AutoConfig, AutoProcessor, AutoTokenizer
+
+        from asr_rl.models.audio_llm import SPECS
+
+        model_type = AutoConfig.from_pretrained(path).model_type
+        if model_type in SPECS:
+            return cls(AutoProcessor.from_pretrained(path).tokenizer, SPECS[model_type], force_language)
+        return cls(AutoTokenizer.from_pretrained(path))
+
+    def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        """Rows of ids (with a 0/1 mask) -> text, EOS and padding dropped, other special tokens kept."""
+        texts = []
+        for row, m in zip(ids.tolist(), mask.tolist()):
+            toks = [t for t, keep in zip(row, m) if keep and t not in (self.eos_id, self.pad_id)]
+            texts.append(self.tokenizer.decode(toks, skip_special_tokens=self.spec is None))
+        return texts
+
+    def parse(self, text: str, language: str | None) -> tuple[str | None, str, bool]:
+        """Response text -> (language name or None, transcript, well_formed)."""
+        if self.spec is None:
+            return None, text.strip(), True
+        if self.force_language:
+            return LANGUAGE_NAMES.get(language or "", None), text.strip(), True
+        return self.spec.parse_output(text)

