@@ -20,7 +20,12 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     os.environ.setdefault("DS_ACCELERATOR", "cpu" if not _cuda_visible() else "cuda")
-    try:  # per-shard "Writing model shards" bars drown the one progress bar that matters
+    quiet_transformers()
+
+
+def quiet_transformers() -> None:
+    """Per-shard "Loading weights"/"Writing model shards" bars drown the one progress bar that matters."""
+    try:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()

@@ -13,6 +13,12 @@ from pathlib import Path
 log = logging.getLogger("asr_rl.train")
 
 
+# What the one console line per step shows (everything still goes to metrics.jsonl/TensorBoard).
+CONSOLE_KEYS = ("loss/total", "loss/ce", "loss/ctc", "reward/mean", "eval/cer", "eval/wer", "actor/loss",
+                "critic/loss", "kl/loss", "kl/mean", "policy/entropy", "policy/clip_frac", "response/length_mean",
+                "rollout/groups_filtered", "lr", "actor/lr", "time/step")
+
+
 class MetricsLogger:
     def __init__(self, output_dir: str | Path, tensorboard: bool = True, wandb_project: str | None = None,
                  logging_steps: int = 1, run_name: str | None = None, resume_step: int | None = None):
@@ -52,7 +58,7 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(row, step=step)
         if step % self.logging_steps == 0:
-            log.info("step %d: %s", step, format_metrics(metrics))
+            log.info("step %d: %s", step, format_metrics(metrics, CONSOLE_KEYS))
 
     def close(self) -> None:
         if self._tb is not None:
@@ -62,7 +68,9 @@ class MetricsLogger:
 
 
 def format_metrics(metrics: dict[str, float], keys: tuple[str, ...] | None = None) -> str:
-    items = metrics.items() if keys is None else ((k, metrics[k]) for k in keys if k in metrics)
+    items = metrics.items() if keys is None else [(k, metrics[k]) for k in keys if k in metrics]
+    if not items:
+        items = metrics.items()
     return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in items)
 
 

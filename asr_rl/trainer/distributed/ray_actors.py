@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import ray
@@ -21,6 +22,10 @@ class TrainerRank:
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int):
         self.rank, self.world_size = rank, world_size
         logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING)  # rank-0 logs only
+        warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed deprecations, per call
+        from asr_rl.utils import quiet_transformers
+
+        quiet_transformers()
         from asr_rl.trainer.distributed.deepspeed_strategy import init_distributed
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -75,6 +80,7 @@ class TrainerRank:
         return out
 
     def train(self, exp: Experience, step: int, kl_coef: float) -> dict:
+        _fault_hook(self.rank, step)
         cfg, o = self.cfg, self.cfg.optim
         train_size = (o.train_batch_size // self.world_size) if o.train_batch_size else len(exp)
         metrics = {}
@@ -127,6 +133,13 @@ class TrainerRank:
 
     def ping(self) -> int:
         return self.rank
+
+
+def _fault_hook(rank: int, step: int) -> None:
+    """Fault injection for tests: `ASR_RL_KILL_RANK=R:S` makes rank R exit hard at step S's update,
+    like a node or process lost mid-step."""
+    if os.environ.get("ASR_RL_KILL_RANK") == f"{rank}:{step}":
+        os._exit(1)
 
 
 def _load_policy(cfg, device: str, text: bool):

@@ -16,9 +16,10 @@ def init_ray(num_cpus: int | None = None, object_store_mb: int = 512, address: s
         return
     address = address or os.environ.get("RAY_ADDRESS")
     # Every Ray worker process gets one torch thread: processes share the cores (ENVIRONMENT.md).
-    runtime_env = {"env_vars": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                                "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"),
-                                "TOKENIZERS_PARALLELISM": "false"}}
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "TOKENIZERS_PARALLELISM": "false"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("ASR_RL_")})  # incl. fault injection
+    runtime_env = {"env_vars": env}
     if address:
         log.info("joining Ray cluster at %s", address)
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)

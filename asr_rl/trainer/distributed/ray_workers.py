@@ -68,16 +68,24 @@ class RayWorkers:
     def _all(self, method: str, args: list[tuple]) -> list:
         """Call `method` on every rank with its own args; a failure names the rank."""
         refs = [getattr(r, method).remote(*a) for r, a in zip(self.ranks, args)]
-        out = []
-        for rank, ref in enumerate(refs):
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        results, failed, pending = {}, [], list(refs)
+        while pending:
+            # Results as they come: a dead rank is reported at once, even while its peers are
+            # still blocked in a collective that will never complete.
+            ready, pending = ray.wait(pending, num_returns=1)
+            rank = rank_of[ready[0]]
             try:
-                out.append(ray.get(ref))
+                results[rank] = ray.get(ready[0])
             except ray.exceptions.RayActorError as e:
-                raise RankFailed(f"trainer rank {rank} died during `{method}`: {e}. The last checkpoint in "
-                                 f"{self.cfg.output_dir} is intact; resume with resume=auto") from None
+                raise RankFailed(f"trainer rank {rank} died during `{method}` ({type(e).__name__}). The last "
+                                 f"checkpoint in {self.cfg.output_dir} is intact; resume with resume=auto") from None
             except ray.exceptions.RayTaskError as e:
-                raise RankFailed(f"trainer rank {rank} failed in `{method}`: {e.cause!r}") from e.cause
-        return out
+                failed.append((rank, e))
+        if failed:
+            rank, e = min(failed, key=lambda x: x[0])
+            raise RankFailed(f"trainer rank {rank} failed in `{method}`: {e.cause!r}") from e.cause
+        return [results[r] for r in range(len(refs))]
 
     def _shards(self, n_items: int) -> list[tuple[int, int]]:
         """Contiguous, near-equal [start, end) ranges of `n_items` over the ranks."""

@@ -71,3 +71,25 @@ def test_the_step_moved_the_weights(local_ray, tiny_model, tiny_corpus, tmp_path
     (rank0, _) = _one_step(cfg)
     before = dict(Qwen3ASRForConditionalGeneration.from_pretrained(tiny_model).named_parameters())
     assert any(not torch.allclose(before[n], v) for n, v in rank0.items())
+
+
+def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_model, tiny_corpus, tmp_path):
+    """A real subprocess run (its own embedded Ray); rank 1 exits hard during step 2's update."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from asr_rl.trainer.checkpoint import list_checkpoints
+
+    out = tmp_path / "dies"
+    cli = [str(Path(sys.executable).parent / "asr-rl"), "train", "grpo", *_overrides(
+        tiny_model, tiny_corpus, out, "backend=ray", "max_steps=3", "save_steps=1", "rollout.dynamic_filtering=false")]
+    res = subprocess.run(cli, env={**os.environ, "ASR_RL_KILL_RANK": "1:2", "RAY_ADDRESS": ""},
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode != 0
+    assert "trainer rank 1 died during `train`" in res.stderr, res.stderr[-3000:]
+    assert [p.name for p in list_checkpoints(out)] == ["step_000001"]
+    from transformers import Qwen3ASRForConditionalGeneration
+
+    Qwen3ASRForConditionalGeneration.from_pretrained(out / "checkpoints" / "step_000001")  # loadable
