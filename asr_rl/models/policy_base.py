@@ -1,0 +1,205 @@
+"""What every policy shares, whatever feeds its prompt: a Hugging Face causal LM (or audio-LLM)
+run from prompt embeddings.
+
+The loop sees prompts only as `PromptRow`s and embeddings (`embed_rows`), so the same sampling,
+scoring and saving serve the audio policy (prompt = text + projected audio) and the text policy
+(prompt = tokens). Sampling and scoring share one distribution: both divide logits by the
+sampling temperature and forbid the same tokens (PAD, `<|im_start|>`, audio tokens), because a
+sampled audio placeholder breaks the model's placeholder check and a forbidden token's -inf would
+poison the ratio.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from asr_rl.models.codec import ResponseCodec
+
+_MASKED_LOGIT = -1e9  # finite, so that p * log p stays 0 (not NaN) for forbidden tokens
+
+
+@dataclass
+class Responses:
+    """Sampled or given transcripts for B * n sequences (row `b * n + j` is sample j of utterance b).
+
+    Attributes:
+        ids: `(B*n, T)` response token ids, right-padded with the pad id, EOS included when emitted.
+        mask: `(B*n, T)` 1 for real response tokens (EOS included).
+        texts: decoded responses (special tokens kept, EOS/pad removed).
+    """
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    texts: list[str]
+
+
+@dataclass
+class PromptRow:
+    """One prompt, unpadded, ready to be embedded again without re-running the frozen encoder.
+
+    Attributes:
+        ids: `(P_i,)` prompt token ids (audio placeholders expanded).
+        audio: `(L_i, d_audio)` audio-encoder states for this prompt's placeholders (None for text).
+    """
+
+    ids: torch.Tensor
+    audio: torch.Tensor | None = None
+
+
+class CausalPolicy(nn.Module):
+    """Subclasses set `model`, `tokenizer`, `codec`, `forbidden_ids` and implement `body`,
+    `encode_batch`, `embed_rows`, `default_frozen` and `save_extra`."""
+
+    def __init__(self, model: nn.Module, tokenizer, codec: ResponseCodec, forbidden_ids: set[int]):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.codec = codec
+        self.eos_id = codec.eos_id
+        self.pad_id = codec.pad_id
+        self.forbidden_ids = sorted(i for i in forbidden_ids if i is not None and i != self.eos_id)
+
+    def body(self) -> nn.Module:
+        """The causal LM without its head, called with `inputs_embeds`."""
+        raise NotImplementedError
+
+    def default_frozen(self) -> tuple[str, ...]:
+        return ()
+
+    def save_extra(self, path: str | Path) -> None:
+        """Save the processor/tokenizer beside the weights."""
+        raise NotImplementedError
+
+    def left_pad(self, rows: list[PromptRow]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded `(B, P)` ids and mask of prompt rows."""
+        width = max(len(r.ids) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r.ids):] = r.ids
+            mask[i, width - len(r.ids):] = 1
+        return ids, mask
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ freezing
+    def freeze(self, patterns: tuple[str, ...] | None = None) -> list[str]:
+        """Freeze parameters whose names match any fnmatch pattern (default: `default_frozen()`).
+        Returns the frozen names."""
+        patterns = self.default_frozen() if patterns is None else patterns
+        frozen = []
+        for name, p in self.model.named_parameters():
+            if any(fnmatch.fnmatch(name, pat) for pat in patterns):
+                p.requires_grad_(False)
+                frozen.append(name)
+        return frozen
+
+    def trainable_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def pad_responses(self, rows: list[list[int]]) -> Responses:
+        width = max(1, max(len(r) for r in rows))
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+            mask[i, : len(r)] = 1
+        return Responses(ids.to(self.device), mask.to(self.device), self.decode_ids(ids, mask))
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate_from_embeds(self, prompt_embeds: torch.Tensor, attention_mask: torch.Tensor, n: int = 1, *,
+                             do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                             max_new_tokens: int = 64, num_beams: int = 1, seeds: list[int] | None = None) -> Responses:
+        """`generate` from left-padded prompt embeddings `(B, P, H)`; rows b*n..b*n+n-1 of the result
+        are the n samples of prompt b. With `seeds` (one per output row) sampling is
+        placement-invariant (models/sampling.py)."""
+        kwargs = dict(do_sample=do_sample, max_new_tokens=max_new_tokens, num_return_sequences=n,
+                      eos_token_id=self.eos_id, pad_token_id=self.pad_id, suppress_tokens=self.forbidden_ids)
+        if do_sample and seeds is not None:
+            from transformers import LogitsProcessorList
+
+            from asr_rl.models.sampling import SeededGumbelSampler
+
+            sampler = SeededGumbelSampler(seeds, temperature=temperature, top_k=top_k, top_p=top_p)
+            kwargs.update(do_sample=False, num_beams=1, temperature=None, top_p=None, top_k=None,
+                          num_return_sequences=1, logits_processor=LogitsProcessorList([sampler]))
+            # greedy search returns one sequence per input: expand the group here
+            prompt_embeds = prompt_embeds.repeat_interleave(n, dim=0)
+            attention_mask = attention_mask.repeat_interleave(n, dim=0)
+        elif do_sample:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
+        else:
+            kwargs.update(num_beams=max(num_beams, n), temperature=None, top_p=None, top_k=None)
+        out = self.model.generate(inputs_embeds=prompt_embeds, attention_mask=attention_mask, **kwargs)
+        return self.responses_from_generated(out)
+
+    def responses_from_generated(self, out: torch.Tensor) -> Responses:
+        """Generated ids (new tokens only) -> Responses, masking everything after the first EOS."""
+        is_eos = out == self.eos_id
+        after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+        mask = (~after_eos).long()
+        ids = out.masked_fill(after_eos, self.pad_id)
+        return Responses(ids, mask, self.decode_ids(ids, mask))
+
+    def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        return self.codec.decode_ids(ids, mask)
+
+    def parse(self, text: str, language: str | None) -> tuple[str | None, str, bool]:
+        """Response text -> (language name or None, transcript, well_formed)."""
+        return self.codec.parse(text, language)
+
+    # ------------------------------------------------------------------ scoring
+    def response_hidden(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor,
+                        responses: Responses) -> torch.Tensor:
+        """LLM hidden states `(N, T, H)` at the positions that predict each response token
+        (teacher-forced). `prompt_embeds` `(N, P, H)` is one (left-padded) prompt per response."""
+        resp_embeds = self.model.get_input_embeddings()(responses.ids)
+        embeds = torch.cat([prompt_embeds, resp_embeds.to(prompt_embeds.dtype)], dim=1)
+        mask = torch.cat([prompt_mask, responses.mask.to(prompt_mask.dtype)], dim=1)
+        hidden = self.body()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+        P, T = prompt_embeds.shape[1], responses.ids.shape[1]
+        return hidden[:, P - 1: P - 1 + T]  # position P-1+t predicts response token t
+
+    def response_logits(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
+                        n: int = 1) -> torch.Tensor:
+        """Logits `(B*n, T, V)` that predict each response token, forbidden tokens masked.
+
+        `prompt_embeds` `(B, P, H)` is shared by the n responses of each utterance (rows b*n..b*n+n-1).
+        Only the response positions go through the LM head.
+        """
+        if n > 1:
+            prompt_embeds = prompt_embeds.repeat_interleave(n, dim=0)
+            prompt_mask = prompt_mask.repeat_interleave(n, dim=0)
+        logits = self.model.lm_head(self.response_hidden(prompt_embeds, prompt_mask, responses)).float()
+        return logits.index_fill(-1, torch.as_tensor(self.forbidden_ids, device=logits.device), _MASKED_LOGIT)
+
+    def logprobs(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses, n: int = 1,
+                 temperature: float = 1.0, with_entropy: bool = False):
+        """Per-token log-probabilities `(B*n, T)` of the responses (0 at padding), and optionally the
+        per-token entropy `(B*n, T)` of the same (temperature-scaled) distribution."""
+        logits = self.response_logits(prompt_embeds, prompt_mask, responses, n)
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, responses.ids.unsqueeze(-1)).squeeze(-1)
+        logp = logp.masked_fill(responses.mask == 0, 0.0)
+        if not with_entropy:
+            return logp
+        entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(responses.mask == 0, 0.0)
+        return logp, entropy
+
+    # ------------------------------------------------------------------ saving
+    def save_pretrained(self, path: str | Path) -> None:
+        """A plain Hugging Face folder that transformers loads with no asr-rl code (LoRA merged)."""
+        from asr_rl.models.lora import has_lora, merged_copy
+
+        model = merged_copy(self.model) if has_lora(self.model) else self.model
+        model.save_pretrained(path)
+        self.save_extra(path)
