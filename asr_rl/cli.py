@@ -66,6 +66,10 @@ def _train(args: argparse.Namespace) -> int:
         from asr_rl.trainer.sft import train_sft
 
         out = train_sft(load_config(SFTConfig, args.config, args.overrides))
+    elif args.algo == "rm":
+        from asr_rl.trainer.rm import RMConfig, train_rm
+
+        out = train_rm(load_config(RMConfig, args.config, args.overrides))
     else:
         from asr_rl.trainer.rl_entry import train_rl
 
@@ -121,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
     init = model.add_parser("init", help="a randomly initialised audio-LLM with an offline tokenizer")
-    init.add_argument("--arch", default="qwen3_asr")
+    init.add_argument("--arch", default="qwen3_asr", choices=["qwen3_asr", "qwen2", "qwen3"])
     init.add_argument("--size", default="tiny", choices=["tiny", "small"])
     init.add_argument("--tokenizer-from", required=True, nargs="+", help="manifest(s) whose texts make the vocabulary")
     init.add_argument("--out", required=True)

@@ -43,6 +43,10 @@ class DataConfig:
         shuffle: shuffle the training manifest every epoch (seeded by the run's `seed`).
         bucket_batches: group utterances of similar duration into batches, sorting runs of this many
             batches by duration (0 = off); less padding, same epoch coverage.
+        input_key: prompt field of a text prompt set (OpenRLHF's --input_key).
+        label_key: reference/label field of a text prompt set.
+        apply_chat_template: render text prompts with the tokenizer's chat template.
+        max_prompt_len: text prompts are truncated from the left to this many tokens.
     """
 
     sample_rate: int = 16000
@@ -50,6 +54,10 @@ class DataConfig:
     max_duration: float = 30.0
     shuffle: bool = True
     bucket_batches: int = 0
+    input_key: str = "prompt"
+    label_key: str = "label"
+    apply_chat_template: bool = True
+    max_prompt_len: int = 1024
 
 
 @dataclass(frozen=True)

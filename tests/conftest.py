@@ -58,3 +58,18 @@ def tiny_model(tiny_corpus, tmp_path_factory) -> Path:
     from asr_rl.models.builders import init_model
 
     return init_model("qwen3_asr", "tiny", [tiny_corpus / "train.jsonl"], tmp_path_factory.mktemp("m") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def text_data(tmp_path_factory):
+    from tests.trainer.text_fixtures import write_text_data
+
+    return write_text_data(tmp_path_factory.mktemp("text"))
+
+
+@pytest.fixture(scope="session")
+def tiny_text_model(text_data, tmp_path_factory) -> Path:
+    from asr_rl.models.builders import init_model
+
+    return init_model("qwen2", "tiny", [text_data["prompts"], text_data["prefs"]],
+                      tmp_path_factory.mktemp("tm") / "qwen2")

@@ -121,18 +121,20 @@ class UtteranceSampler:
 
 
 class BatchLoader:
-    """Seeded batches of `AudioBatch` from a list of utterances; `state_dict` makes it resumable."""
+    """Seeded batches from a list of utterances (an `AudioBatch` each) or of other items (given to
+    `make_batch`, e.g. text prompts); `state_dict` makes it resumable."""
 
-    def __init__(self, utterances: list[Utterance], batch_size: int, seed: int = 0, shuffle: bool = True,
-                 sample_rate: int = 16000, bucket_batches: int = 0):
+    def __init__(self, utterances: list, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 sample_rate: int = 16000, bucket_batches: int = 0, make_batch=None):
         self.utterances = utterances
         self.sample_rate = sample_rate
+        self.make_batch = make_batch or (lambda items: load_batch(items, self.sample_rate))
         lengths = [u.duration or 0.0 for u in utterances] if bucket_batches > 0 else None
         self.sampler = UtteranceSampler(len(utterances), batch_size, seed=seed, shuffle=shuffle, lengths=lengths,
                                         bucket_batches=bucket_batches)
 
-    def next_batch(self) -> AudioBatch:
-        return load_batch([self.utterances[i] for i in self.sampler.next_indices()], self.sample_rate)
+    def next_batch(self):
+        return self.make_batch([self.utterances[i] for i in self.sampler.next_indices()])
 
     @property
     def epoch(self) -> int:

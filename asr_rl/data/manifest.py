@@ -68,13 +68,14 @@ class ManifestScan:
 class ManifestError(ValueError):
     """A manifest with bad lines; the message lists each as `path:line: problem`."""
 
-    def __init__(self, path: str | os.PathLike, problems: list[Problem], limit: int = 20):
+    def __init__(self, path: str | os.PathLike, problems: list[Problem], limit: int = 20, kind: str = "manifest"):
         self.path = Path(path)
         self.problems = problems
         shown = "\n".join(f"  {self.path}:{p.line}: {p.message}" for p in problems[:limit])
         more = f"\n  ... and {len(problems) - limit} more" if len(problems) > limit else ""
-        super().__init__(f"manifest {self.path} has {len(problems)} bad line(s):\n{shown}{more}\n"
-                         f"Fix or remove these lines (`asr-rl data check --manifest {self.path}` lists them all).")
+        hint = f" (`asr-rl data check --manifest {self.path}` lists them all)" if kind == "manifest" else ""
+        super().__init__(f"{kind} {self.path} has {len(problems)} bad line(s):\n{shown}{more}\n"
+                         f"Fix or remove these lines{hint}.")
 
 
 def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,

@@ -31,7 +31,7 @@ SIZES: dict[str, dict] = {
                   num_key_value_heads=2, head_dim=64),
     ),
 }
-ARCHS = ("qwen3_asr",)
+ARCHS = ("qwen3_asr", "qwen2", "qwen3")  # the audio-LLM, and text LLMs for the text RLHF path
 
 
 def build_qwen3_asr(size: str, tokenizer, seed: int = 0):
@@ -58,9 +58,30 @@ def build_qwen3_asr(size: str, tokenizer, seed: int = 0):
     return model
 
 
+def build_text_lm(arch: str, size: str, tokenizer, seed: int = 0):
+    """A randomly initialised Qwen2/Qwen3 causal LM with the LLM part of size `size`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]
+    text = dict(SIZES[size]["text"])
+    if arch == "qwen2":
+        text.pop("head_dim")  # qwen2 derives it from hidden_size / heads
+    config = config_cls(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
+                        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                        bos_token_id=None, **text)
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
 def init_model(arch: str, size: str, tokenizer_from: list[str | os.PathLike], out: str | os.PathLike,
                seed: int = 0) -> Path:
-    """Build tokenizer + processor + model and save them atomically to `out` (temp folder, rename)."""
+    """Build tokenizer (+ processor) + model and save them atomically to `out` (temp folder, rename)."""
     from transformers import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
 
     if arch not in ARCHS:
@@ -70,14 +91,18 @@ def init_model(arch: str, size: str, tokenizer_from: list[str | os.PathLike], ou
             raise FileNotFoundError(f"--tokenizer-from {path} does not exist")
     texts = read_texts(tokenizer_from)
     if not texts:
-        raise ValueError(f"no `text` fields found in {', '.join(map(str, tokenizer_from))}")
+        raise ValueError(f"no text fields (text, prompt, label, chosen, rejected, messages) found in "
+                         f"{', '.join(map(str, tokenizer_from))}")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} already exists and is not empty; choose another --out or delete it")
-    tokenizer = build_char_tokenizer(texts)
-    processor = Qwen3ASRProcessor(feature_extractor=Qwen3ASRFeatureExtractor(), tokenizer=tokenizer,
-                                  chat_template=tokenizer.chat_template)
-    model = build_qwen3_asr(size, tokenizer, seed=seed)
+    tokenizer = build_char_tokenizer(texts, audio=arch == "qwen3_asr")
+    if arch == "qwen3_asr":
+        processor = Qwen3ASRProcessor(feature_extractor=Qwen3ASRFeatureExtractor(), tokenizer=tokenizer,
+                                      chat_template=tokenizer.chat_template)
+        model = build_qwen3_asr(size, tokenizer, seed=seed)
+    else:
+        processor, model = tokenizer, build_text_lm(arch, size, tokenizer, seed=seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
     try:

@@ -17,7 +17,7 @@ def add_lora(policy, rank: int, alpha: int, target_modules: tuple[str, ...], dro
     """Inject LoRA adapters into the policy's language model; returns the number of adapted layers."""
     from peft import LoraConfig, inject_adapter_in_model
 
-    lm = policy.spec.language_model(policy.model)
+    lm = policy.body()
     for p in lm.parameters():
         p.requires_grad_(False)
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules))

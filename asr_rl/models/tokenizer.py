@@ -44,9 +44,13 @@ def language_prefix(name: str | None) -> str:
     return f"language {name}"
 
 
+TEXT_FIELDS = ("text", "prompt", "label", "chosen", "rejected")
+
+
 def read_texts(manifests: Iterable[str | Path]) -> list[str]:
-    """The `text` of every line of the given JSONL manifests (lines that fail to parse are skipped:
-    `asr-rl data check` is the place that reports them)."""
+    """The text fields of every line of the given JSONL files: manifests (`text`), prompt sets
+    (`prompt`, `messages`, `label`) and preference pairs (`chosen`, `rejected`). Lines that fail to
+    parse are skipped: `asr-rl data check` is the place that reports them."""
     texts = []
     for path in manifests:
         with open(path, encoding="utf-8") as f:
@@ -55,29 +59,33 @@ def read_texts(manifests: Iterable[str | Path]) -> list[str]:
                     row = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(row, dict) and isinstance(row.get("text"), str):
-                    texts.append(row["text"])
+                if not isinstance(row, dict):
+                    continue
+                texts += [row[k] for k in TEXT_FIELDS if isinstance(row.get(k), str)]
+                texts += [str(m.get("content", "")) for m in row.get("messages") or [] if isinstance(m, dict)]
     return texts
 
 
-def build_char_tokenizer(texts: Iterable[str]):
+def build_char_tokenizer(texts: Iterable[str], audio: bool = True):
     """A Qwen3-ASR-compatible `PreTrainedTokenizerFast` whose vocabulary is the characters of `texts`
-    (plus printable ASCII), the special tokens and one token per `language <Name>` prefix."""
+    (plus printable ASCII), the special tokens and (for audio models) `<asr_text>` and one token per
+    `language <Name>` prefix."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
     chars = set(string.ascii_letters + string.digits + string.punctuation + " \n")
     for t in texts:
         chars.update(t)
-    lang_tokens = [language_prefix(n) for n in [*LANGUAGE_NAMES.values(), "None"]]
-    vocab_list = SPECIAL_TOKENS + [ASR_TEXT] + lang_tokens + sorted(chars)
+    added = [ASR_TEXT] + [language_prefix(n) for n in [*LANGUAGE_NAMES.values(), "None"]] if audio else []
+    vocab_list = SPECIAL_TOKENS + added + sorted(chars)
     vocab = {tok: i for i, tok in enumerate(vocab_list)}
     # No merges: every character is its own token. Characters outside the vocabulary are dropped
     # by the tokenizer, which only matters for training targets, and those built the vocabulary.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
     backend.decoder = decoders.Fuse()
     backend.add_special_tokens(SPECIAL_TOKENS)
-    backend.add_tokens([ASR_TEXT] + lang_tokens)
+    if added:
+        backend.add_tokens(added)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=backend, eos_token=IM_END, pad_token=PAD, bos_token=None,
         extra_special_tokens={"audio_token": AUDIO_PAD, "audio_bos_token": AUDIO_START,

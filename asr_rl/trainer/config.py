@@ -237,6 +237,8 @@ class RLConfig(RunConfig):
 
     Attributes:
         critic_pretrain: starting weights of the critic (PPO with gae); default: `pretrain`.
+        reward_pretrain: a reward model folder (`*ForSequenceClassification`) scoring prompt and response
+            (the text path); when set it is the reward.
         freeze_critic_steps: train only the critic for this many first steps (PPO warm-up).
     """
 
@@ -244,6 +246,7 @@ class RLConfig(RunConfig):
     save_steps: int = 25
     eval_steps: int = 25
     critic_pretrain: str | None = None
+    reward_pretrain: str | None = None
     freeze_critic_steps: int = 0
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)

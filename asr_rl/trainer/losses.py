@@ -364,3 +364,17 @@ class AdaptiveKLController:
     def update(self, current_kl: float, n_steps: int) -> None:
         error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
         self.value *= 1.0 + error * n_steps / self.horizon
+
+
+def pairwise_loss(chosen: Tensor, rejected: Tensor, margin: float = 0.0) -> LossOutput:
+    """Bradley-Terry reward-model loss, -log sigmoid(r_chosen - r_rejected - margin), mean over pairs
+    (Ouyang et al. 2022, InstructGPT, arXiv:2203.02155, eq. 1).
+
+    Args:
+        chosen: ``(B,)`` scores of the preferred responses.
+        rejected: ``(B,)`` scores of the other responses.
+    """
+    diff = chosen.float() - rejected.float() - margin
+    loss = -torch.nn.functional.logsigmoid(diff).mean()
+    return LossOutput(loss, {"rm/loss": float(loss.detach()), "rm/accuracy": float((diff > 0).float().mean()),
+                             "rm/margin": float(diff.detach().mean())})

@@ -43,8 +43,7 @@ def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
 def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.batching import BatchLoader
     from asr_rl.data.manifest import read_manifest
-    from asr_rl.trainer.common import make_logger, setup_run
-    from asr_rl.trainer.loop import RLTrainer
+    from asr_rl.trainer.common import setup_run
 
     ctx = setup_run(cfg)
     if not cfg.train_manifest:
@@ -53,25 +52,36 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                          sample_rate=cfg.data.sample_rate)
     workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
-    reward_fn = make_reward(cfg)
-    eval_fn = None
-    if cfg.eval_manifest:
-        eval_fn = lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)  # noqa: E731
-    trainer = RLTrainer(cfg, workers, reward_fn, loader, None, ctx.output_dir, eval_fn)
-    if ctx.resume_from is not None:
-        trainer.restore(ctx.resume_from)
-    trainer.logger = make_logger(cfg, ctx, resume_step=trainer.step_no)
+    eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
+    return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+
+
+def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Path:
+    """Resume if asked, fit, save the final model; the workers are shut down whatever happens."""
+    from asr_rl.trainer.common import make_logger
+    from asr_rl.trainer.loop import RLTrainer
+
     try:
+        trainer = RLTrainer(cfg, workers, reward_fn, loader, None, ctx.output_dir, eval_fn)
+        if ctx.resume_from is not None:
+            trainer.restore(ctx.resume_from)
+        trainer.logger = make_logger(cfg, ctx, resume_step=trainer.step_no)
         trainer.fit()
         return trainer.save_final()
     finally:
         getattr(workers, "shutdown", lambda: None)()
+        getattr(reward_fn, "shutdown", lambda: None)()
 
 
-def make_reward(cfg: RLConfig):
-    """Remote servers, a user file or the built-in terms; in Ray reward actors when asked."""
+def make_reward(cfg: RLConfig, device: str = "cpu"):
+    """A reward model, remote servers, a user file or the built-in terms; in Ray reward actors
+    when asked."""
     from asr_rl.rewards.combine import build_reward
 
+    if cfg.reward_pretrain:
+        from asr_rl.models.reward_model import RewardModelReward
+
+        return RewardModelReward(cfg.reward_pretrain, device)
     if cfg.backend == "ray" and cfg.reward.num_workers > 0 and not cfg.reward.remote_url:
         from asr_rl.trainer.distributed.reward_workers import RayRewardPool
 

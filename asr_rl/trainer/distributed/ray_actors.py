@@ -146,7 +146,7 @@ def _load_policy(cfg, device: str, text: bool):
     if text:
         from asr_rl.models.text_policy import load_text_policy
 
-        return load_text_policy(cfg.pretrain, cfg.model, device)
+        return load_text_policy(cfg.pretrain, cfg.model, device, cfg.data)
     from asr_rl.trainer.common import load_policy
 
     return load_policy(cfg.pretrain, cfg.model, device, cfg.data.sample_rate)

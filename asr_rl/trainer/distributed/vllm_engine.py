@@ -253,7 +253,11 @@ class VLLMRolloutEngine:
         folder = self.workdir / "sync"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        save_file({n: t.contiguous() for n, t in weights}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        tensors, seen = {}, set()
+        for n, t in weights:  # safetensors refuses shared storage (the tied lm_head is the embedding)
+            tensors[n] = t.contiguous() if t.data_ptr() not in seen else t.clone()
+            seen.add(t.data_ptr())
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
 
     def close(self) -> None:

@@ -1,0 +1,41 @@
+"""The text RLHF path: the same loop over a text policy and a prompt set (`prompt_data=`).
+
+PPO with a critic and a reward model (`reward_pretrain=`), or GRPO/RLOO/REINFORCE++ with reward
+functions, files or servers, on the local or the Ray backend.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from asr_rl.trainer.config import RLConfig
+
+
+def train_text_rl(algo: str, cfg: RLConfig) -> Path:
+    from asr_rl.data.batching import BatchLoader
+    from asr_rl.data.prompts import PromptBatch, read_prompts
+    from asr_rl.trainer.common import setup_run
+    from asr_rl.trainer.rl_entry import make_reward, run_loop
+
+    ctx = setup_run(cfg)
+    items = read_prompts(cfg.prompt_data, cfg.data.input_key, cfg.data.label_key)
+    loader = BatchLoader(items, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                         make_batch=PromptBatch)
+    workers = build_text_workers(cfg, ctx)
+    return run_loop(cfg, ctx, loader, workers, make_reward(cfg, ctx.device))
+
+
+def build_text_workers(cfg: RLConfig, ctx):
+    if cfg.backend == "ray":
+        from asr_rl.trainer.distributed.ray_workers import RayWorkers
+
+        return RayWorkers(cfg, ctx, text=True)
+    from asr_rl.models.critic import ValueModel
+    from asr_rl.models.text_policy import load_text_policy
+    from asr_rl.trainer.workers import LocalWorkers
+
+    policy = load_text_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data)
+    critic = None
+    if cfg.algo.advantage_estimator == "gae":
+        source = load_text_policy(cfg.critic_pretrain, cfg.model, ctx.device) if cfg.critic_pretrain else policy
+        critic = ValueModel.from_policy(source)
+    return LocalWorkers(cfg, policy, critic)
