@@ -291,6 +291,11 @@ def _coerce_inner(value: Any, tp: Any) -> Any:
             raise TypeError("not an integer")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads `1e-5` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise TypeError("not a number") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError("not a number")
         return float(value)

@@ -78,6 +78,8 @@ def test_wrong_type_is_an_error_naming_key_and_expected_type(item, pattern):
 def test_int_is_accepted_for_float_and_null_for_optional():
     cfg = load_config(_Cfg, None, ["rollout.temperature=1", "pretrain=null"])
     assert cfg.rollout.temperature == 1.0 and isinstance(cfg.rollout.temperature, float)
+    # YAML 1.1 reads 1e-5 (no dot) as a string; a float field still takes it
+    assert load_config(_Cfg, None, ["rollout.temperature=1e-5"]).rollout.temperature == 1e-5
     assert cfg.pretrain is None
 
 

@@ -2,10 +2,11 @@
 
 With one global RNG, what a prompt samples depends on which other prompts share its batch and on
 which rank generates it, so a 2-rank run could never reproduce a 1-process run, nor a resumed run
-an uninterrupted one. Here sequence i adds Gumbel noise from `Generator(seed_i)` to its
-temperature-scaled, top-k/top-p-filtered logits and takes the argmax: by the Gumbel-max trick that
-is an exact sample from the same distribution (Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030),
-and it depends only on (seed_i, the logits).
+an uninterrupted one. Here sequence i adds Gumbel noise keyed by (seed_i, decoding step, token) to
+its temperature-scaled, top-k/top-p-filtered logits and takes the argmax: by the Gumbel-max trick
+that is an exact sample from the same distribution (Gumbel 1954; Maddison et al. 2014,
+arXiv:1411.0030), and it depends only on (seed_i, the logits). The noise comes from a counter-based
+hash, vectorised over the batch and the vocabulary.
 """
 from __future__ import annotations
 
@@ -37,18 +38,46 @@ def filter_logits(scores: torch.Tensor, temperature: float, top_k: int, top_p: f
     return scores
 
 
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= (1 << 63) else c
+
+
+_GOLDEN, _MIX1, _MIX2 = _signed(0x9E3779B97F4A7C15), _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 finaliser (Steele et al. 2014) on int64 tensors; multiplication wraps mod 2^64."""
+    z = x + _GOLDEN
+    z = (z ^ _shr(z, 30)) * _MIX1
+    z = (z ^ _shr(z, 27)) * _MIX2
+    return z ^ _shr(z, 31)
+
+
+def counter_uniform(seeds: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
+    """`(B, vocab)` uniforms in (0, 1): a pure function of (seed_b, step, token), computed at once
+    for the whole batch (a counter-based RNG, like Philox, without per-row generator objects)."""
+    row = splitmix64(seeds * 0x2545F4914F6CDD1D + step)
+    z = splitmix64(row[:, None] + torch.arange(vocab, dtype=torch.int64)[None, :])
+    return (_shr(z, 11).double() + 0.5) / float(1 << 53)
+
+
 class SeededGumbelSampler(LogitsProcessor):
-    """Use with greedy decoding: argmax(filtered logits + Gumbel noise of row i's generator)."""
+    """Use with greedy decoding: argmax(filtered logits + Gumbel noise keyed by (seed_i, step))."""
 
     def __init__(self, seeds: list[int], temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
-        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.seeds = torch.as_tensor([int(s) for s in seeds], dtype=torch.int64)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.step = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if scores.shape[0] != len(self.generators):
-            raise ValueError(f"{scores.shape[0]} sequences but {len(self.generators)} seeds")
+        if scores.shape[0] != len(self.seeds):
+            raise ValueError(f"{scores.shape[0]} sequences but {len(self.seeds)} seeds")
         filtered = filter_logits(scores.float(), self.temperature, self.top_k, self.top_p)
-        vocab = scores.shape[-1]
-        u = torch.stack([torch.rand(vocab, generator=g) for g in self.generators]).to(scores.device)
-        gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
-        return filtered + gumbel
+        u = counter_uniform(self.seeds, self.step, scores.shape[-1]).to(scores.device)
+        self.step += 1
+        return filtered + (-torch.log(-torch.log(u))).float()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from asr_rl.models.sampling import SeededGumbelSampler, filter_logits, sequence_seed
+from asr_rl.models.sampling import SeededGumbelSampler, counter_uniform, filter_logits, sequence_seed
 
 
 def test_gumbel_sampler_matches_the_softmax_distribution():
@@ -46,3 +46,11 @@ def test_policy_sampling_with_seeds_is_batch_invariant(tiny_model, tiny_corpus):
     e1, m1 = policy.embed_rows(rows[1:2])
     alone = policy.generate_from_embeds(e1, m1, 2, max_new_tokens=8, seeds=seeds[2:4], temperature=1.5)
     assert together.texts[2:4] == alone.texts
+
+
+def test_counter_uniforms_are_uniform_and_keyed():
+    u = counter_uniform(torch.tensor([1, 2]), 0, 20000)
+    assert 0 < float(u.min()) and float(u.max()) < 1
+    assert abs(float(u.mean()) - 0.5) < 0.01 and abs(float(u.var()) - 1 / 12) < 0.005
+    assert torch.equal(counter_uniform(torch.tensor([2]), 0, 50)[0], u[1, :50])
+    assert not torch.equal(counter_uniform(torch.tensor([2]), 1, 50)[0], u[1, :50])

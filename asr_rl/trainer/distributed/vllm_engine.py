@@ -186,7 +186,8 @@ class VLLMRolloutEngine:
         """Like `generate`, from unpadded prompt embeddings `[(P_i, H)]` (e.g. computed by a trainer
         rank and shipped to an engine actor). `params` go to `sampling_params` (min_tokens, ignore_eos)."""
         if seeds is not None and len(seeds) != len(prompt_embeds) * n:
-            raise ValueError(f"{len(prompt_embeds)} prompts x n={n} need {len(prompt_embeds) * n} seeds, got {len(seeds)}")
+            raise ValueError(f"{len(prompt_embeds)} prompts x n={n} need {len(prompt_embeds) * n} seeds, "
+                             f"got {len(seeds)}")
         too_long = [i for i, e in enumerate(prompt_embeds) if e.shape[0] + rollout.max_new_tokens > self.max_model_len]
         if too_long:
             raise ValueError(f"prompts {too_long} plus max_new_tokens exceed the engine's max_model_len "
@@ -359,4 +360,5 @@ class WeightSyncReceiver(_GlooGroup):
     @torch.no_grad()
     def receive(self) -> list[tuple[str, torch.Tensor]]:
         header = self.broadcast_object()
-        return [(name, self.broadcast(torch.empty(shape, dtype=getattr(torch, dtype)))) for name, shape, dtype in header]
+        return [(name, self.broadcast(torch.empty(shape, dtype=getattr(torch, dtype))))
+                for name, shape, dtype in header]

@@ -93,3 +93,19 @@ def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_
     from transformers import Qwen3ASRForConditionalGeneration
 
     Qwen3ASRForConditionalGeneration.from_pretrained(out / "checkpoints" / "step_000001")  # loadable
+
+
+def test_text_ppo_with_critic_runs_on_two_ranks(local_ray, tiny_text_model, text_data, tmp_path):
+    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.rl_entry import train_rl
+
+    reward = tmp_path / "r.py"
+    reward.write_text("def reward_func(queries, prompts, labels, hypotheses=None, **kw):\n"
+                      "    return [float(l in h) - 0.1 * len(h) for h, l in zip(hypotheses, labels)]\n")
+    train_rl("ppo", None, [f"pretrain={tiny_text_model}", f"prompt_data={text_data['prompts']}",
+                           f"output_dir={tmp_path / 'ppo'}", "backend=ray", "rollout_batch_size=4",
+                           "micro_train_batch_size=2", "max_new_tokens=6", "max_steps=2", "save_steps=1",
+                           f"reward.file={reward}", "init_kl_coef=0.05", "logging.tensorboard=false",
+                           "logging.progress_bar=false"])
+    rows = read_metrics(tmp_path / "ppo")
+    assert [r["step"] for r in rows] == [1, 2] and all("critic/loss" in r and "kl/mean" in r for r in rows)

