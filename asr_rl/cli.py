@@ -92,6 +92,14 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from asr_rl.evaluation.report import write_report
+
+    path = write_report(args.runs, args.output)
+    print(path.read_text(encoding="utf-8"))
+    return 0
+
+
 def _reward_serve(args: argparse.Namespace) -> int:
     from asr_rl.rewards.server import serve
 
@@ -147,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_eval)
+
+    rep = sub.add_parser("report", help="comparison table and plots from runs and evaluations")
+    rep.add_argument("--runs", nargs="+", required=True,
+                     help="training run folders (metrics.jsonl) and/or eval folders (report.json)")
+    rep.add_argument("--output", required=True)
+    rep.set_defaults(func=_report)
 
     reward = sub.add_parser("reward", help="reward server").add_subparsers(dest="reward_cmd", required=True)
     srv = reward.add_parser("serve", help="serve a reward over OpenRLHF's /get_reward protocol")

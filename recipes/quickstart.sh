@@ -1,28 +1,106 @@
 #!/usr/bin/env bash
-# asr-rl quickstart: the whole product on one machine, stage by stage (icefall style).
-#   stage 0: synthesise the bilingual demo corpus (espeak-ng) and check its manifests
-# Later stages (model init, SFT, GRPO, eval, report) arrive with their issues.
-# Usage: bash recipes/quickstart.sh [stage] [stop_stage]; DEMO_SCALE=tiny|full
+# asr-rl quickstart (`make demo`): the whole product on one machine, stage by stage (icefall style).
+#
+#   stage 0: synthesise the bilingual demo corpus (espeak-ng + flite) and check its manifests
+#   stage 1: asr-rl model init: a randomly initialised Qwen3-ASR with a tokenizer from the corpus
+#   stage 2: SFT (CE + auxiliary CTC) for $SFT_MINUTES                      (recipes/run_sft.sh)
+#   stage 3: start `asr-rl reward serve` with the multi-term ASR reward on 127.0.0.1
+#   stage 4: GRPO from the SFT checkpoint on Ray + DeepSpeed (2 ranks), scored by that server
+#                                                                           (recipes/run_grpo_from_sft.sh)
+#   stage 5: asr-rl eval of the SFT and GRPO checkpoints on every test set
+#   stage 6: asr-rl report: comparison table and plots
+#
+# Resumable: a finished stage leaves a marker in $EXP/.done and is skipped on the next run; an
+# interrupted SFT or GRPO stage resumes from its last checkpoint.
+# Usage: bash recipes/quickstart.sh [stage] [stop_stage]
+#   DEMO_SCALE=tiny  a first look in a few minutes (small corpus, tiny model, a few steps)
+#   DEMO_SCALE=full  the real result (default): ~40 minutes on a 2-core CPU machine
 set -eou pipefail
 
 stage=${1:-0}
 stop_stage=${2:-100}
 DEMO_SCALE=${DEMO_SCALE:-full}
+if [ "$DEMO_SCALE" = tiny ]; then
+  N_TRAIN=${N_TRAIN:-40}; N_TEST=${N_TEST:-6}; SIZE=${SIZE:-tiny}; SFT_MINUTES=${SFT_MINUTES:-0.5}
+  SFT_STEPS=${SFT_STEPS:-20}; GRPO_STEPS=${GRPO_STEPS:-2}; GRPO_MINUTES=${GRPO_MINUTES:-0}
+  GRPO_ARGS=(rollout_batch_size=2 n_samples_per_prompt=4 optim.micro_train_batch_size=4 max_new_tokens=24
+             eval_steps=0 save_steps=1)
+elif [ "$DEMO_SCALE" = full ]; then
+  N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-20}
+  SFT_STEPS=${SFT_STEPS:-3000}; GRPO_STEPS=${GRPO_STEPS:-200}; GRPO_MINUTES=${GRPO_MINUTES:-10}
+  GRPO_ARGS=()
+else
+  echo "DEMO_SCALE must be tiny or full, got '$DEMO_SCALE'" >&2; exit 2
+fi
 EXP=${EXP:-exp/demo_${DEMO_SCALE}}
-if [ "$DEMO_SCALE" = tiny ]; then N_TRAIN=${N_TRAIN:-60}; N_TEST=${N_TEST:-10}; else N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; fi
 CORPUS=${CORPUS:-data/demo_corpus_${N_TRAIN}}
+PORT=${PORT:-5123}
+TEST_SETS="test_clean test_noisy test_accent dev"
+DONE=$EXP/.done
+mkdir -p "$EXP" "$DONE"
 
 log() { local fname=${BASH_SOURCE[1]##*/}; echo -e "$(date '+%Y-%m-%d %H:%M:%S') (${fname}:${BASH_LINENO[0]}:${FUNCNAME[1]}) $*"; }
+run_stage() {  # run_stage N "title" command...: skip if done, time it, mark done
+  local n=$1 title=$2; shift 2
+  if [ "$stage" -gt "$n" ] || [ "$stop_stage" -lt "$n" ]; then return 0; fi
+  if [ -f "$DONE/stage$n" ]; then log "Stage $n ($title): done before, skipped"; return 0; fi
+  log "Stage $n: $title"
+  local start; start=$(date +%s)
+  "$@"
+  touch "$DONE/stage$n"
+  log "Stage $n ($title) took $(( $(date +%s) - start )) s"
+}
 
-mkdir -p "$EXP"
-if [ $stage -le 0 ] && [ $stop_stage -ge 0 ]; then
-  log "Stage 0: synthesise the demo corpus into $CORPUS ($N_TRAIN train, $N_TEST per test set)"
-  start=$(date +%s)
+synth() {
   asr-rl data synth --out "$CORPUS" --langs en,zh --train "$N_TRAIN" --test "$N_TEST" --seed 1
-  for split in train dev test_clean test_noisy; do asr-rl data check --manifest "$CORPUS/$split.jsonl" --max-notes 0; done
-  log "Stage 0 done in $(( $(date +%s) - start )) s"
-fi
+  for split in train dev test_clean test_noisy test_accent; do
+    asr-rl data check --manifest "$CORPUS/$split.jsonl" --max-notes 0 | grep -E "utterances|hours|languages|bad lines"
+  done
+}
 
-if [ $stop_stage -ge 1 ]; then
-  log "Stages 1+ (model init, SFT, GRPO, eval, report): coming soon"
-fi
+sft() {
+  OMP_NUM_THREADS=2 CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE MAX_MINUTES=$SFT_MINUTES TEST_SETS="" \
+    bash recipes/run_sft.sh 1 2 max_steps="$SFT_STEPS"
+}
+
+healthy() { python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$PORT/health', timeout=1).status_code != 200)" 2>/dev/null; }
+start_reward_server() {
+  if healthy; then return 0; fi
+  nohup asr-rl reward serve --reward builtin:asr --port "$PORT" > "$EXP/reward_server.log" 2>&1 &
+  echo $! > "$EXP/reward_server.pid"
+  for _ in $(seq 120); do healthy && return 0; sleep 0.5; done
+  log "the reward server did not start: see $EXP/reward_server.log"; exit 1
+}
+stop_reward_server() {
+  if [ -f "$EXP/reward_server.pid" ]; then kill "$(cat "$EXP/reward_server.pid")" 2>/dev/null || true; rm -f "$EXP/reward_server.pid"; fi
+}
+trap stop_reward_server EXIT
+
+grpo() {
+  start_reward_server
+  OMP_NUM_THREADS=1 CORPUS=$CORPUS SFT_MODEL=$EXP/sft/final EXP=$EXP BACKEND=ray NUM_RANKS=2 ZERO_STAGE=2 \
+    MAX_STEPS=$GRPO_STEPS MAX_MINUTES=$GRPO_MINUTES REWARD_URL=http://127.0.0.1:$PORT \
+    bash recipes/run_grpo_from_sft.sh 2 2 resume=auto "${GRPO_ARGS[@]}"
+}
+
+evaluate() {
+  local sets=()
+  for s in $TEST_SETS; do sets+=(--test-set "$s=$CORPUS/$s.jsonl"); done
+  OMP_NUM_THREADS=2 asr-rl eval --model "$EXP/sft/final" "${sets[@]}" --output "$EXP/eval/sft" --quiet
+  OMP_NUM_THREADS=2 asr-rl eval --model "$EXP/grpo/final" "${sets[@]}" --output "$EXP/eval/grpo" --quiet
+}
+
+report() {
+  asr-rl report --runs "$EXP/sft" "$EXP/grpo" "$EXP/eval/sft" "$EXP/eval/grpo" --output "$EXP/report"
+  log "report: $EXP/report/report.md and report.html (plots beside them)"
+}
+
+total_start=$(date +%s)
+run_stage 0 "synthesise the demo corpus ($N_TRAIN train, $N_TEST per test set)" synth
+run_stage 1 "model init ($SIZE)" bash -c "CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE bash recipes/run_sft.sh 1 1"
+run_stage 2 "SFT (up to $SFT_MINUTES min)" sft
+run_stage 3 "reward server on 127.0.0.1:$PORT" start_reward_server
+run_stage 4 "GRPO on Ray + DeepSpeed, remote multi-term reward" grpo
+run_stage 5 "evaluate SFT and GRPO" evaluate
+run_stage 6 "report" report
+log "quickstart finished in $(( $(date +%s) - total_start )) s"

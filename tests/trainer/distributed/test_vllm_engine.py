@@ -200,3 +200,21 @@ def test_grpo_steps_with_the_vllm_engine(tiny_model, tiny_corpus, tmp_path, monk
     assert [r["step"] for r in rows] == [1, 2]
     assert all(0 < r["response/length_mean"] <= 12 for r in rows)
     assert len(reloaded) >= 2 and all(n > 0 for n in reloaded)  # a weight sync after every update
+
+
+def test_text_policy_greedy_parity(tiny_text_model):
+    """The text RLHF path's policy (a tiny Qwen2 causal LM) through the same engine."""
+    from asr_rl.models.policy_base import PromptRow
+    from asr_rl.models.text_policy import TextPolicy
+
+    policy = TextPolicy.from_pretrained(tiny_text_model).eval()
+    _perturb(policy, seed=3)
+    rows = [PromptRow(torch.as_tensor(policy.tokenizer(t, add_special_tokens=False)["input_ids"]))
+            for t in ("reply to great", "how was it 3", "reply to angry")]
+    engine = VLLMRolloutEngine(policy, RLConfig(rollout=GREEDY), max_model_len=BUDGET, kv_cache_bytes=32 << 20)
+    try:
+        expected = _hf_greedy(policy, rows, GREEDY.max_new_tokens)
+        assert len({tuple(s) for s in expected}) > 1
+        assert _vllm_greedy(engine, rows) == expected
+    finally:
+        engine.close()

@@ -1,0 +1,122 @@
+"""`asr-rl report`: one Markdown/HTML page comparing checkpoints, with PNG plots.
+
+Inputs are run folders (`metrics.jsonl` from `asr-rl train ...`) and evaluation folders
+(`report.json` from `asr-rl eval`), in any order. Output: `report.md`, `report.html`,
+`training_curves.png` (reward mean and per-term rewards, KL, dev CER over steps) and `cer_by_set.png`.
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from asr_rl.utils import atomic_write_text
+
+_TERM_PREFIX = "reward/"
+_NOT_TERMS = {"reward/mean", "reward/std"}
+
+
+def load_inputs(paths: list[str | Path]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """(training runs: name -> metrics rows, evaluations: name -> test_sets dict)."""
+    runs, evals = {}, {}
+    for p in map(Path, paths):
+        if (p / "metrics.jsonl").is_file():
+            runs[p.name] = [json.loads(x) for x in (p / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        elif (p / "report.json").is_file():
+            evals[p.name] = json.loads((p / "report.json").read_text())["test_sets"]
+        else:
+            raise FileNotFoundError(f"{p} holds neither metrics.jsonl (a training run) nor report.json (an eval)")
+    return runs, evals
+
+
+def plot_training(runs: dict[str, list[dict]], out: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("reward", lambda k: k.startswith(_TERM_PREFIX) and k != "reward/std"),
+              ("KL", lambda k: k in ("kl/loss", "kl/mean")),
+              ("dev CER", lambda k: k == "eval/cer")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    drew = False
+    for ax, (title, want) in zip(axes, panels):
+        for name, rows in runs.items():
+            for key in sorted({k for r in rows for k in r if want(k)}):
+                pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, ms=3, label=f"{name}: {key}")
+                    drew = True
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    if not drew:
+        plt.close(fig)
+        return None
+    fig.tight_layout()
+    path = out / "training_curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_cer_bars(evals: dict[str, dict], out: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = sorted({s for e in evals.values() for s in e})
+    if not sets:
+        return None
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(sets), 3.6))
+    width = 0.8 / max(len(evals), 1)
+    for i, (name, report) in enumerate(evals.items()):
+        xs = [j + i * width for j in range(len(sets))]
+        ys = [100 * (report.get(s, {}).get("cer") or 0) for s in sets]
+        bars = ax.bar(xs, ys, width, label=name)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    ax.set_xticks([j + width * (len(evals) - 1) / 2 for j in range(len(sets))], sets)
+    ax.set_ylabel("CER %")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "cer_by_set.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def comparison_rows(evals: dict[str, dict]) -> list[list[str]]:
+    rows = []
+    for name, report in evals.items():
+        for test_set, m in report.items():
+            rows.append([test_set, name, _pct(m.get("cer")), _pct(m.get("wer")), _pct(m.get("keyword_recall")),
+                         _pct(m.get("language_accuracy")), str(m.get("utterances", ""))])
+    return sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+def write_report(paths: list[str | Path], output: str | Path) -> Path:
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    runs, evals = load_inputs(paths)
+    curves, bars = plot_training(runs, out), plot_cer_bars(evals, out)
+    head = ["test set", "checkpoint", "CER %", "WER %", "keyword recall %", "language acc %", "utts"]
+    rows = comparison_rows(evals)
+    md = ["# asr-rl report", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    for name, rows_ in runs.items():
+        last = rows_[-1] if rows_ else {}
+        md.append(f"\nRun `{name}`: {len(rows_)} steps; last: " + ", ".join(
+            f"{k} {last[k]:.4g}" for k in ("reward/mean", "eval/cer", "kl/loss", "loss/total") if k in last))
+    md += [f"\n![{p.stem}]({p.name})" for p in (curves, bars) if p is not None]
+    atomic_write_text(out / "report.md", "\n".join(md) + "\n")
+    table = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    imgs = "".join(f'<p><img src="{p.name}"></p>' for p in (curves, bars) if p is not None)
+    atomic_write_text(out / "report.html", f"<html><body><h1>asr-rl report</h1><table border=1><tr>"
+                      + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{table}</table>{imgs}</body></html>\n")
+    return out / "report.md"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"

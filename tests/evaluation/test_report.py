@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from asr_rl.cli import main
+from asr_rl.evaluation.report import write_report
+
+
+def _run(path, rows):
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _eval(path, sets):
+    path.mkdir(parents=True)
+    (path / "report.json").write_text(json.dumps({"model": "m", "test_sets": sets}))
+    return path
+
+
+def test_report_has_the_comparison_table_and_plots(tmp_path, capsys):
+    grpo = _run(tmp_path / "grpo", [{"step": s, "reward/mean": 0.5 + s / 10, "reward/cer": 0.6, "kl/loss": 0.01 * s,
+                                     "eval/cer": 0.2 - s / 100} for s in range(1, 4)])
+    sft = _eval(tmp_path / "sft_eval", {"test_clean": {"cer": 0.20, "wer": 0.3, "keyword_recall": 0.5,
+                                                       "language_accuracy": 0.9, "utterances": 10}})
+    rl = _eval(tmp_path / "grpo_eval", {"test_clean": {"cer": 0.15, "wer": 0.25, "keyword_recall": 0.6,
+                                                       "language_accuracy": 0.95, "utterances": 10}})
+    assert main(["report", "--runs", str(grpo), str(sft), str(rl), "--output", str(tmp_path / "r")]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "| test_clean | grpo_eval | 15.00 | 25.00 | 60.00 | 95.00 | 10 |" in md
+    assert "| test_clean | sft_eval | 20.00 | 30.00 | 50.00 | 90.00 | 10 |" in md
+    for png in ("training_curves.png", "cer_by_set.png"):
+        data = (tmp_path / "r" / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert "<table" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_report_rejects_a_folder_that_is_neither(tmp_path):
+    (tmp_path / "x").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither metrics.jsonl"):
+        write_report([tmp_path / "x"], tmp_path / "out")
