@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import socket
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -178,7 +177,9 @@ def test_lora_weights_are_merged_for_the_engine(policy):
             if "lora_B" in name:
                 p.normal_()  # B starts at zero: make the adapter matter
     merged = dict(llm_named_weights(adapted))
-    expected = dict(llm_named_weights(SimpleNamespace(spec=adapted.spec, model=merged_copy(adapted.model))))
+    reference = copy.deepcopy(adapted)
+    reference.model = merged_copy(adapted.model)
+    expected = dict(llm_named_weights(reference))
     assert merged.keys() == expected.keys()
     assert all(torch.allclose(merged[k], expected[k], atol=1e-6) for k in expected)
     assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"],
