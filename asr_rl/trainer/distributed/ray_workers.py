@@ -60,7 +60,7 @@ class RayWorkers:
         if cfg.rollout.engine == "vllm":
             from asr_rl.trainer.distributed.vllm_actor import VLLMEngineGroup
 
-            self.engine = VLLMEngineGroup(cfg, self.ranks)
+            self.engine = VLLMEngineGroup(cfg, self.ranks, text)
         log.info("Ray backend: %d trainer ranks (ZeRO-%d)%s", self.world_size, d.zero_stage,
                  f", {d.vllm_num_engines} vLLM engine(s)" if self.engine else "")
 
@@ -115,7 +115,7 @@ class RayWorkers:
 
     def sample(self, rows: list, n: int, seeds: list[int]) -> list:
         if self.engine is not None:
-            return self.engine.generate(rows, n, seeds)
+            return self.engine.generate(self, rows, n, seeds)
         bounds = self._shards(len(rows))
         parts = self._all("sample", [(rows[a:b], n, seeds[a * n:b * n]) for a, b in bounds])
         return [g for part in parts for g in part]
@@ -145,7 +145,12 @@ class RayWorkers:
 
     def sync_weights(self) -> None:
         if self.engine is not None:
-            self.engine.sync(self.ranks)
+            self.engine.sync(self)
+
+    def prompt_embeds(self, rows: list) -> list:
+        """Unpadded `(P_i, H)` prompt embeddings, computed by the trainer ranks (shards of rows)."""
+        parts = self._all("prompt_embeds", [(rows[a:b],) for a, b in self._shards(len(rows))])
+        return [e for part in parts for e in part]
 
     # --- checkpoints ---------------------------------------------------------------------
     def save_model(self, path) -> None:

