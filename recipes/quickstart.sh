@@ -27,7 +27,7 @@ if [ "$DEMO_SCALE" = tiny ]; then
              eval_steps=0 save_steps=1)
 elif [ "$DEMO_SCALE" = full ]; then
   N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-20}
-  SFT_STEPS=${SFT_STEPS:-3000}; GRPO_STEPS=${GRPO_STEPS:-200}; GRPO_MINUTES=${GRPO_MINUTES:-10}
+  SFT_STEPS=${SFT_STEPS:-3200}; GRPO_STEPS=${GRPO_STEPS:-200}; GRPO_MINUTES=${GRPO_MINUTES:-10}
   GRPO_ARGS=()
 else
   echo "DEMO_SCALE must be tiny or full, got '$DEMO_SCALE'" >&2; exit 2

@@ -11,7 +11,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 
 def test_sft_demo_config_loads():
     cfg = load_config(SFTConfig, CONFIGS / "sft_demo.yaml")
-    assert cfg.ctc_weight == 0.5 and not cfg.model.freeze_encoder
+    assert cfg.ctc_weight > 0 and not cfg.model.freeze_encoder and cfg.data.bucket_batches > 0
 
 
 def test_grpo_demo_config_loads():

@@ -20,7 +20,7 @@ from torch import nn
 
 from asr_rl.models.audio_llm import AudioLLMSpec, AudioPrompts, spec_for
 from asr_rl.models.codec import ResponseCodec
-from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses
+from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses, read_model_config
 
 class AudioPolicy(CausalPolicy):
     def __init__(self, model: nn.Module, processor, force_language: bool = False, sample_rate: int = 16000):
@@ -53,12 +53,9 @@ class AudioPolicy(CausalPolicy):
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                         **kwargs) -> "AudioPolicy":
-        from transformers import AutoConfig, AutoModelForSpeechSeq2Seq, AutoProcessor  # noqa: F401
+        from transformers import AutoProcessor
 
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model folder {path} does not exist or has no config.json")
-        config = AutoConfig.from_pretrained(path)
+        config = read_model_config(path)
         spec_for(config.model_type)  # clear error for a folder that is not an audio-LLM
         model = _model_class(config).from_pretrained(path, dtype=dtype).to(device)
         processor = AutoProcessor.from_pretrained(path)

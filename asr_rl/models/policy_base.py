@@ -51,6 +51,16 @@ class PromptRow:
     audio: torch.Tensor | None = None
 
 
+def read_model_config(path: str | Path):
+    """The HF config of a model folder, or a FileNotFoundError naming the folder."""
+    from transformers import AutoConfig
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model folder {path} does not exist or has no config.json")
+    return AutoConfig.from_pretrained(path)
+
+
 class CausalPolicy(nn.Module):
     """Subclasses set `model`, `tokenizer`, `codec`, `forbidden_ids` and implement `body`,
     `encode_batch`, `embed_rows`, `default_frozen` and `save_extra`."""

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from asr_rl.models.codec import ResponseCodec
-from asr_rl.models.policy_base import CausalPolicy, PromptRow
+from asr_rl.models.policy_base import CausalPolicy, PromptRow, read_model_config
 
 
 class TextPolicy(CausalPolicy):
@@ -28,12 +28,9 @@ class TextPolicy(CausalPolicy):
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                         **kwargs) -> "TextPolicy":
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model folder {path} does not exist or has no config.json")
-        config = AutoConfig.from_pretrained(path)
+        config = read_model_config(path)
         if not any(a.endswith("ForCausalLM") for a in (config.architectures or [])):
             raise ValueError(f"{path} holds a {config.architectures} model, not a causal LM")
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
