@@ -106,6 +106,10 @@ class RolloutConfig:
         dynamic_filtering: drop groups whose rewards all tie (zero advantage for every sample) and
             refill the batch (DAPO, arXiv:2503.14476); null = on for group estimators, off otherwise.
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
+        noise_prob: add noise (SNR uniform in [noise_snr_min, noise_snr_max] dB) to this share of the
+            rollout audio, as SFT did, so RL on clean training audio keeps the policy robust to noise.
+        noise_snr_min: lowest SNR of rollout noise (dB).
+        noise_snr_max: highest SNR of rollout noise (dB).
     """
 
     rollout_batch_size: int = 8
@@ -117,6 +121,9 @@ class RolloutConfig:
     engine: Literal["hf", "vllm"] = "hf"
     dynamic_filtering: bool | None = None
     max_filter_rounds: int = 3
+    noise_prob: float = 0.0
+    noise_snr_min: float = 10.0
+    noise_snr_max: float = 30.0
 
 
 @dataclass(frozen=True)

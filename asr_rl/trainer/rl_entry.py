@@ -50,10 +50,31 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
     utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
     loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                         sample_rate=cfg.data.sample_rate)
+                         sample_rate=cfg.data.sample_rate, make_batch=noisy_batches(cfg))
     workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
     eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
     return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+
+
+def noisy_batches(cfg: RLConfig):
+    """`make_batch` for the rollout loader: load audio, then add noise to `rollout.noise_prob` of it.
+    The noise is keyed by the run seed and the utterance ids, so a resumed run hears the same."""
+    import zlib
+
+    import numpy as np
+
+    from asr_rl.data.batching import load_batch
+    from asr_rl.trainer.augment import AugmentConfig, add_noise
+
+    r = cfg.rollout
+    noise = AugmentConfig(noise_prob=r.noise_prob, noise_snr_min=r.noise_snr_min, noise_snr_max=r.noise_snr_max)
+    def make(items):
+        batch = load_batch(items, cfg.data.sample_rate)
+        if r.noise_prob > 0:
+            key = zlib.crc32("|".join(u.id for u in items).encode())
+            batch.waveforms = add_noise(batch.waveforms, noise, np.random.default_rng([cfg.seed, key]))
+        return batch
+    return make
 
 
 def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Path:
