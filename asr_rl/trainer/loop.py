@@ -80,12 +80,15 @@ class RLTrainer:
             dropped += len(groups) - len(informative)
             kept += informative
             rounds += 1
-        if not kept:
-            raise RuntimeError(f"dynamic filtering dropped all {seen} groups in {rounds} rounds (every group's "
-                               "rewards tie); raise temperature or rollout.max_filter_rounds, or set "
-                               "rollout.dynamic_filtering=false")
-        return kept[:want], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
-                             "rollout/groups_kept": min(len(kept), want), "rollout/rounds": rounds,
+        # Data-parallel ranks take whole groups in equal shares: keep a multiple of the rank count.
+        multiple = getattr(self.workers, "world_size", 1)
+        keep = (min(len(kept), want) // multiple) * multiple
+        if keep == 0:
+            raise RuntimeError(f"dynamic filtering kept {len(kept)} of {seen} groups in {rounds} rounds (every other "
+                               f"group's rewards tie), fewer than the {multiple} trainer rank(s); raise temperature or "
+                               "rollout.max_filter_rounds, or set rollout.dynamic_filtering=false")
+        return kept[:keep], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
+                             "rollout/groups_kept": keep, "rollout/rounds": rounds,
                              **{f"reward/{k}": v / rounds for k, v in logs.items()}}
 
     def score(self, groups: list[Group]) -> dict[str, float]:

@@ -48,7 +48,7 @@ def test_dynamic_filtering_drops_tied_groups_and_refills(tiny_model, tiny_corpus
 
 def test_filtering_that_never_finds_signal_is_a_clear_error(tiny_model, tiny_corpus, tmp_path, monkeypatch):
     reward = _Reward(lambda call, n: [1.0] * n)
-    with pytest.raises(RuntimeError, match="dynamic filtering dropped all 8 groups in 4 rounds"):
+    with pytest.raises(RuntimeError, match="dynamic filtering kept 0 of 8 groups in 4 rounds"):
         _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1"))
 
 
