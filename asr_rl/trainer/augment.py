@@ -23,6 +23,7 @@ class AugmentConfig:
         noise_prob: probability of adding noise to an utterance's waveform.
         noise_snr_min: lowest signal-to-noise ratio of added noise (dB).
         noise_snr_max: highest signal-to-noise ratio of added noise (dB).
+        reverb_prob: probability of reverberating an utterance (before the noise).
     """
 
     spec_augment: bool = True
@@ -33,23 +34,26 @@ class AugmentConfig:
     noise_prob: float = 0.5
     noise_snr_min: float = 5.0
     noise_snr_max: float = 30.0
+    reverb_prob: float = 0.0
 
 
-def add_noise(waveforms: list[np.ndarray], cfg: AugmentConfig, rng: np.random.Generator) -> list[np.ndarray]:
-    """White or pink-ish noise at an SNR drawn uniformly from [noise_snr_min, noise_snr_max] dB."""
+def add_noise(waveforms: list[np.ndarray], cfg: AugmentConfig, rng: np.random.Generator,
+              sample_rate: int = 16000) -> list[np.ndarray]:
+    """Reverberate `reverb_prob` of the utterances (synthetic room, RT60 0.15-0.6 s) and add white,
+    pink or babble noise to `noise_prob` of them at an SNR drawn from [noise_snr_min, noise_snr_max]
+    dB: the same generators as the noisy test set (data/synth/augment.py), applied to training audio."""
+    from asr_rl.data.synth.augment import NOISE_KINDS, RT60_RANGE_S, apply_reverb, make_noise, mix_at_snr, reverb_ir
+
     out = []
     for wav in waveforms:
-        if cfg.noise_prob <= 0 or rng.random() >= cfg.noise_prob:
-            out.append(wav)
-            continue
-        noise = rng.standard_normal(len(wav))
-        if rng.random() < 0.5:  # pink-ish: integrate white noise with a leaky accumulator
-            noise = np.convolve(noise, 0.97 ** np.arange(64), mode="same")
-        snr_db = rng.uniform(cfg.noise_snr_min, cfg.noise_snr_max)
-        p_sig = float(np.mean(wav.astype(np.float64) ** 2)) + 1e-12
-        p_noise = float(np.mean(noise ** 2)) + 1e-12
-        scale = np.sqrt(p_sig / (p_noise * 10 ** (snr_db / 10)))
-        out.append((wav + scale * noise).astype(np.float32))
+        x = wav.astype(np.float64)
+        if cfg.reverb_prob > 0 and rng.random() < cfg.reverb_prob:
+            x = apply_reverb(x, reverb_ir(float(rng.uniform(*RT60_RANGE_S)), sample_rate, rng))
+        if cfg.noise_prob > 0 and rng.random() < cfg.noise_prob and np.any(x):
+            kind = NOISE_KINDS[int(rng.integers(len(NOISE_KINDS)))]
+            x = mix_at_snr(x, make_noise(kind, x.size, rng, sample_rate),
+                           float(rng.uniform(cfg.noise_snr_min, cfg.noise_snr_max)))
+        out.append(x.astype(np.float32))
     return out
 
 

@@ -110,6 +110,7 @@ class RolloutConfig:
             rollout audio, as SFT did, so RL on clean training audio keeps the policy robust to noise.
         noise_snr_min: lowest SNR of rollout noise (dB).
         noise_snr_max: highest SNR of rollout noise (dB).
+        reverb_prob: reverberate this share of the rollout audio (before the noise).
     """
 
     rollout_batch_size: int = 8
@@ -124,6 +125,7 @@ class RolloutConfig:
     noise_prob: float = 0.0
     noise_snr_min: float = 10.0
     noise_snr_max: float = 30.0
+    reverb_prob: float = 0.0
 
 
 @dataclass(frozen=True)

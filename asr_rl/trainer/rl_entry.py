@@ -67,12 +67,14 @@ def noisy_batches(cfg: RLConfig):
     from asr_rl.trainer.augment import AugmentConfig, add_noise
 
     r = cfg.rollout
-    noise = AugmentConfig(noise_prob=r.noise_prob, noise_snr_min=r.noise_snr_min, noise_snr_max=r.noise_snr_max)
+    noise = AugmentConfig(noise_prob=r.noise_prob, noise_snr_min=r.noise_snr_min, noise_snr_max=r.noise_snr_max,
+                          reverb_prob=r.reverb_prob)
     def make(items):
         batch = load_batch(items, cfg.data.sample_rate)
-        if r.noise_prob > 0:
+        if r.noise_prob > 0 or r.reverb_prob > 0:
             key = zlib.crc32("|".join(u.id for u in items).encode())
-            batch.waveforms = add_noise(batch.waveforms, noise, np.random.default_rng([cfg.seed, key]))
+            batch.waveforms = add_noise(batch.waveforms, noise, np.random.default_rng([cfg.seed, key]),
+                                        cfg.data.sample_rate)
         return batch
     return make
 

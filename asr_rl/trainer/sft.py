@@ -29,7 +29,7 @@ log = logging.getLogger("asr_rl.sft")
 def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig,
              rng: np.random.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Cross-entropy (+ CTC) of one micro-batch; augmentation only when `rng` is given."""
-    waveforms = add_noise(batch.waveforms, cfg.augment, rng) if rng is not None else batch.waveforms
+    waveforms = add_noise(batch.waveforms, cfg.augment, rng, cfg.data.sample_rate) if rng is not None else batch.waveforms
     prompts = policy.prepare(waveforms, batch.languages)
     if rng is not None:
         prompts.input_features = spec_augment(prompts.input_features, prompts.input_features_mask, cfg.augment, rng)
