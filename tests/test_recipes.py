@@ -17,3 +17,8 @@ def test_sft_demo_config_loads():
 def test_grpo_demo_config_loads():
     cfg = load_config(RLConfig, CONFIGS / "grpo_demo.yaml")
     assert cfg.algo.advantage_estimator == "group_norm" and cfg.model.freeze_encoder
+
+
+def test_ppo_text_config_loads():
+    cfg = load_config(RLConfig, CONFIGS / "ppo_text.yaml")
+    assert cfg.algo.advantage_estimator == "gae" and not cfg.algo.use_kl_loss

@@ -93,6 +93,14 @@ def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_
     from transformers import Qwen3ASRForConditionalGeneration
 
     Qwen3ASRForConditionalGeneration.from_pretrained(out / "checkpoints" / "step_000001")  # loadable
+    assert (out / "checkpoints" / "step_000001" / "trainer_state" / "deepspeed_actor").is_dir()
+    # and the run resumes from it through DeepSpeed's own checkpoint, to the end
+    done = subprocess.run(cli + ["resume=auto"], env={**os.environ, "RAY_ADDRESS": ""}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from asr_rl.trainer.metrics import read_metrics
+
+    assert [r["step"] for r in read_metrics(out)] == [1, 2, 3]
 
 
 def test_text_ppo_with_critic_runs_on_two_ranks(local_ray, tiny_text_model, text_data, tmp_path):
