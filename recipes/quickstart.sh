@@ -14,7 +14,7 @@
 # interrupted SFT or GRPO stage resumes from its last checkpoint.
 # Usage: bash recipes/quickstart.sh [stage] [stop_stage]
 #   DEMO_SCALE=tiny  a first look in a few minutes (small corpus, tiny model, a few steps)
-#   DEMO_SCALE=full  the real result (default): ~40 minutes on a 2-core CPU machine
+#   DEMO_SCALE=full  the real result (default): 40-75 minutes on a 2-core CPU machine
 set -eou pipefail
 
 stage=${1:-0}
@@ -26,8 +26,11 @@ if [ "$DEMO_SCALE" = tiny ]; then
   GRPO_ARGS=(rollout_batch_size=2 n_samples_per_prompt=4 optim.micro_train_batch_size=4 max_new_tokens=24
              eval_steps=0 save_steps=1)
 elif [ "$DEMO_SCALE" = full ]; then
-  N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-20}
-  SFT_STEPS=${SFT_STEPS:-3200}; GRPO_STEPS=${GRPO_STEPS:-200}; GRPO_MINUTES=${GRPO_MINUTES:-10}
+  # Step budgets, so that the result does not depend on the machine's speed (the LR schedules end
+  # where the runs do); the minute limits are only a safety cap. ~20 + 10 minutes of training on a
+  # fast 2-core x86 machine, about twice that on a slow one (BENCHMARKS.md).
+  N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-50}
+  SFT_STEPS=${SFT_STEPS:-2400}; GRPO_STEPS=${GRPO_STEPS:-150}; GRPO_MINUTES=${GRPO_MINUTES:-20}
   GRPO_ARGS=()
 else
   echo "DEMO_SCALE must be tiny or full, got '$DEMO_SCALE'" >&2; exit 2
@@ -98,7 +101,7 @@ report() {
 total_start=$(date +%s)
 run_stage 0 "synthesise the demo corpus ($N_TRAIN train, $N_TEST per test set)" synth
 run_stage 1 "model init ($SIZE)" bash -c "CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE bash recipes/run_sft.sh 1 1"
-run_stage 2 "SFT (up to $SFT_MINUTES min)" sft
+run_stage 2 "SFT ($SFT_STEPS steps, at most $SFT_MINUTES min)" sft
 run_stage 3 "reward server on 127.0.0.1:$PORT" start_reward_server
 run_stage 4 "GRPO on Ray + DeepSpeed, remote multi-term reward" grpo
 run_stage 5 "evaluate SFT and GRPO" evaluate
