@@ -113,3 +113,17 @@ def test_missing_or_non_mapping_config_file(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="must hold a mapping"):
         load_config(RunConfig, tmp_path / "list.yaml")
+
+
+def test_colocation_flags_decide_which_models_get_their_own_group():
+    from asr_rl.trainer.config import DistributedConfig
+
+    assert not DistributedConfig().separate_ref and not DistributedConfig().separate_critic
+    ref_only = DistributedConfig(colocate_actor_ref=False)
+    assert ref_only.separate_ref and not ref_only.separate_critic
+    critic_only = DistributedConfig(colocate_critic=False)
+    assert critic_only.separate_critic and not critic_only.separate_ref
+    both = DistributedConfig(colocate_all=False)
+    assert both.separate_ref and both.separate_critic
+    with pytest.raises(ValueError, match="distributed.critic_num_gpus_per_node must be >= 1, got 0"):
+        DistributedConfig(critic_num_gpus_per_node=0)

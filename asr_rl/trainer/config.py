@@ -209,8 +209,14 @@ class DistributedConfig:
         zero_stage: DeepSpeed ZeRO stage 0-3.
         bf16: bf16 weights/compute in DeepSpeed.
         adam_offload: offload optimizer states to CPU (ZeRO >= 1).
-        colocate_actor_ref: the reference model lives in the policy ranks (no separate group).
-        colocate_all: policy, reference and critic share the ranks' processes.
+        colocate_actor_ref: the reference model lives in the policy ranks; false: a group of its own
+            (`ref_num_nodes` x `ref_num_gpus_per_node` inference ranks).
+        colocate_critic: the critic (PPO with gae) lives in the policy ranks; false: a DeepSpeed
+            data-parallel group of its own (`critic_num_nodes` x `critic_num_gpus_per_node`).
+        colocate_all: policy, reference and critic share the policy ranks' processes; false gives the
+            reference and the critic each a group of its own (as both flags above set to false).
+        ref_num_nodes, ref_num_gpus_per_node: the separate reference group's size.
+        critic_num_nodes, critic_num_gpus_per_node: the separate critic group's size.
         vllm_num_engines: vLLM rollout engines (rollout.engine=vllm).
         vllm_tensor_parallel_size: GPUs per vLLM engine.
         vllm_gpu_memory_utilization: share of GPU memory a vLLM engine may take.
@@ -223,7 +229,12 @@ class DistributedConfig:
     bf16: bool = False
     adam_offload: bool = False
     colocate_actor_ref: bool = True
+    colocate_critic: bool = True
     colocate_all: bool = True
+    ref_num_nodes: int = 1
+    ref_num_gpus_per_node: int = 1
+    critic_num_nodes: int = 1
+    critic_num_gpus_per_node: int = 1
     vllm_num_engines: int = 1
     vllm_tensor_parallel_size: int = 1
     vllm_gpu_memory_utilization: float = 0.5
@@ -232,9 +243,18 @@ class DistributedConfig:
     def __post_init__(self) -> None:
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
-        if not (self.colocate_actor_ref and self.colocate_all):
-            raise ValueError("separate reference/critic actor groups are not implemented yet: keep "
-                             "colocate_actor_ref=true and colocate_all=true (they share the policy ranks)")
+        for name in ("actor_num_nodes", "actor_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node",
+                     "critic_num_nodes", "critic_num_gpus_per_node"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"distributed.{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def separate_ref(self) -> bool:
+        return not (self.colocate_all and self.colocate_actor_ref)
+
+    @property
+    def separate_critic(self) -> bool:
+        return not (self.colocate_all and self.colocate_critic)
 
 
 GROUP_ESTIMATORS_NEEDING_N = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")

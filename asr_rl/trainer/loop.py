@@ -80,8 +80,9 @@ class RLTrainer:
             dropped += len(groups) - len(informative)
             kept += informative
             rounds += 1
-        # Data-parallel ranks take whole groups in equal shares: keep a multiple of the rank count.
-        multiple = getattr(self.workers, "world_size", 1)
+        # Data-parallel ranks take whole groups in equal shares: keep a multiple of the rank count
+        # (of every actor group's, when the reference or critic has its own).
+        multiple = getattr(self.workers, "group_multiple", 1)
         keep = (min(len(kept), want) // multiple) * multiple
         if keep == 0:
             raise RuntimeError(f"dynamic filtering kept {len(kept)} of {seen} groups in {rounds} rounds (every other "

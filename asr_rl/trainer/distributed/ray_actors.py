@@ -1,5 +1,5 @@
-"""The Ray actor of one trainer rank: a DeepSpeed data-parallel rank of the policy (and, colocated,
-the reference model and the critic). Methods unpack their inputs and delegate to the same
+"""The Ray actors: a trainer rank (a DeepSpeed data-parallel rank of the policy and, colocated, the
+reference model and the critic), and the reference and critic ranks of separate groups. Methods unpack their inputs and delegate to the same
 functions the local backend uses (trainer/actor.py); nothing here is RL math.
 """
 from __future__ import annotations
@@ -20,38 +20,28 @@ from asr_rl.trainer.rollout import Experience
 @ray.remote(num_cpus=1)
 class TrainerRank:
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int):
-        self.rank, self.world_size = rank, world_size
-        logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING)  # rank-0 logs only
-        warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed deprecations, per call
-        from asr_rl.utils import quiet_transformers
-
-        quiet_transformers()
         from asr_rl.trainer.distributed.deepspeed_strategy import init_distributed
 
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        self.rank, self.world_size = rank, world_size
+        _quiet_worker(rank)
         init_distributed(rank, world_size, master_addr, master_port)
 
-    def setup(self, cfg, device: str, with_critic: bool, text: bool = False) -> dict:
-        """Load the policy (+ reference, + critic) and wrap the trainable models in DeepSpeed."""
-        from asr_rl.models.critic import ValueModel
+    def setup(self, cfg, device: str, with_ref: bool, with_critic: bool, text: bool = False) -> dict:
+        """Load the policy (+ colocated reference, + colocated critic) and wrap the trainable models
+        in DeepSpeed."""
         from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy
-        from asr_rl.trainer.workers import total_optimizer_steps
 
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
-        self.policy = _load_policy(cfg, device, text)
+        self.policy = _load_policy(cfg, cfg.pretrain, device, text)
         # The reference is copied before DeepSpeed partitions anything (ZeRO-3 would copy stubs).
-        self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False) if cfg.algo.init_kl_coef > 0 else None
-        self.critic = ValueModel.from_policy(self.policy) if with_critic else None
-        d, o = cfg.distributed, cfg.optim
-        common = dict(weight_decay=o.weight_decay, betas=o.adam_betas, max_norm=o.max_norm,
-                      total_steps=total_optimizer_steps(cfg), warmup_ratio=o.lr_warmup_ratio,
-                      min_lr_ratio=o.min_lr_ratio, zero_stage=d.zero_stage, micro_batch=o.micro_train_batch_size,
-                      world_size=self.world_size, bf16=d.bf16, offload_optimizer=d.adam_offload)
+        self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False) if with_ref else None
+        self.critic = _build_critic(cfg, device, text, self.policy) if with_critic else None
+        common = _strategy_kwargs(cfg, self.world_size)
         self.actor = DeepSpeedStrategy(self.policy.model, [p for _, p in self.policy.trainable_parameters()],
-                                       lr=o.actor_learning_rate, **common)
+                                       lr=cfg.optim.actor_learning_rate, **common)
         self.critic_strategy = (DeepSpeedStrategy(self.critic, self.critic.trainable_parameters(),
-                                                  lr=o.critic_learning_rate, **common) if self.critic else None)
+                                                  lr=cfg.optim.critic_learning_rate, **common) if self.critic else None)
         return {"pad_id": self.policy.pad_id, "rank": self.rank, "pid": os.getpid()}
 
     # --- rollout -------------------------------------------------------------------------
@@ -79,16 +69,14 @@ class TrainerRank:
                 out["values"] = forward_values(self.critic, exp, micro)
         return out
 
-    def train(self, exp: Experience, step: int, kl_coef: float) -> dict:
+    def train(self, exp: Experience, step: int, kl_coef: float, separate_critic: bool = False) -> dict:
         _fault_hook(self.rank, step)
         cfg, o = self.cfg, self.cfg.optim
         train_size = (o.train_batch_size // self.world_size) if o.train_batch_size else len(exp)
         metrics = {}
         if self.critic is not None:
-            self.critic.train()
-            metrics.update(critic_update(self.critic, self.critic_strategy, exp, cfg.algo, o.micro_train_batch_size,
-                                         train_size, seed=cfg.seed + step))
-        if self.critic is None or step > cfg.freeze_critic_steps:
+            metrics.update(_train_critic(self.critic, self.critic_strategy, exp, cfg, train_size, step))
+        if not (self.critic is not None or separate_critic) or step > cfg.freeze_critic_steps:
             self.policy.train()
             metrics.update(ppo_update(self.policy, self.actor, exp, cfg.algo, o.micro_train_batch_size, train_size,
                                       cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
@@ -159,6 +147,64 @@ class TrainerRank:
         return self.rank
 
 
+@ray.remote(num_cpus=1)
+class ReferenceRank:
+    """The frozen reference model in its own process (`colocate_actor_ref=false`): reference
+    log-probs of a shard of experience. Inference only: no optimizer, no process group."""
+
+    def __init__(self, rank: int, cfg, device: str, text: bool):
+        _quiet_worker(rank)
+        torch.manual_seed(cfg.seed)
+        self.rank, self.cfg = rank, cfg
+        self.ref = _load_policy(cfg, cfg.pretrain, device, text).eval().requires_grad_(False)
+
+    def annotate(self, exp: Experience) -> dict:
+        return {"ref_logp": forward_logprobs(self.ref, exp, self.cfg.optim.micro_train_batch_size,
+                                             self.cfg.rollout.temperature)}
+
+
+@ray.remote(num_cpus=1)
+class CriticRank:
+    """One DeepSpeed data-parallel rank of the critic in its own group (`colocate_all=false` or
+    `colocate_critic=false`): values for a shard of experience, and the critic update on it."""
+
+    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int, cfg, device: str,
+                 text: bool):
+        from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy, init_distributed
+
+        _quiet_worker(rank)
+        self.rank, self.world_size, self.cfg = rank, world_size, cfg
+        init_distributed(rank, world_size, master_addr, master_port)
+        torch.manual_seed(cfg.seed)
+        self.critic = _build_critic(cfg, device, text)
+        self.strategy = DeepSpeedStrategy(self.critic, self.critic.trainable_parameters(),
+                                          lr=cfg.optim.critic_learning_rate, **_strategy_kwargs(cfg, world_size))
+
+    def annotate(self, exp: Experience) -> dict:
+        with self.strategy.gathered(list(self.critic.parameters())):
+            return {"values": forward_values(self.critic, exp, self.cfg.optim.micro_train_batch_size)}
+
+    def train(self, exp: Experience, step: int) -> dict:
+        o = self.cfg.optim
+        train_size = (o.train_batch_size // self.world_size) if o.train_batch_size else len(exp)
+        return _train_critic(self.critic, self.strategy, exp, self.cfg, train_size, step)
+
+    def save_engine_state(self, folder: str) -> None:
+        self.strategy.save(Path(folder) / "deepspeed_critic")
+
+    def load_engine_state(self, folder: str) -> None:
+        self.strategy.load(Path(folder) / "deepspeed_critic")
+
+
+def _quiet_worker(rank: int) -> None:
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING)  # rank-0 logs only
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed deprecations, per call
+    from asr_rl.utils import quiet_transformers
+
+    quiet_transformers()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+
+
 def _fault_hook(rank: int, step: int) -> None:
     """Fault injection for tests: `ASR_RL_KILL_RANK=R:S` makes rank R exit hard at step S's update,
     like a node or process lost mid-step."""
@@ -166,11 +212,36 @@ def _fault_hook(rank: int, step: int) -> None:
         os._exit(1)
 
 
-def _load_policy(cfg, device: str, text: bool):
+def _load_policy(cfg, path: str, device: str, text: bool):
     if text:
         from asr_rl.models.text_policy import load_text_policy
 
-        return load_text_policy(cfg.pretrain, cfg.model, device, cfg.data)
+        return load_text_policy(path, cfg.model, device, cfg.data)
     from asr_rl.trainer.common import load_policy
 
-    return load_policy(cfg.pretrain, cfg.model, device, cfg.data.sample_rate)
+    return load_policy(path, cfg.model, device, cfg.data.sample_rate)
+
+
+def _build_critic(cfg, device: str, text: bool, policy=None):
+    """The critic from `critic_pretrain`, else a copy of `policy` (or of `pretrain` when there is none)."""
+    from asr_rl.models.critic import ValueModel
+
+    if cfg.critic_pretrain or policy is None:
+        return ValueModel(_load_policy(cfg, cfg.critic_pretrain or cfg.pretrain, device, text))
+    return ValueModel.from_policy(policy)
+
+
+def _strategy_kwargs(cfg, world_size: int) -> dict:
+    from asr_rl.trainer.workers import total_optimizer_steps
+
+    d, o = cfg.distributed, cfg.optim
+    return dict(weight_decay=o.weight_decay, betas=o.adam_betas, max_norm=o.max_norm,
+                total_steps=total_optimizer_steps(cfg), warmup_ratio=o.lr_warmup_ratio, min_lr_ratio=o.min_lr_ratio,
+                zero_stage=d.zero_stage, micro_batch=o.micro_train_batch_size, world_size=world_size, bf16=d.bf16,
+                offload_optimizer=d.adam_offload)
+
+
+def _train_critic(critic, strategy, exp: Experience, cfg, train_size: int, step: int) -> dict:
+    critic.train()
+    return critic_update(critic, strategy, exp, cfg.algo, cfg.optim.micro_train_batch_size, train_size,
+                         seed=cfg.seed + step)

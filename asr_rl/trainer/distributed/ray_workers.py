@@ -1,57 +1,57 @@
-"""The Ray backend: the loop's workers interface over a group of `TrainerRank` actors.
+"""The Ray backend: the loop's workers interface over actor groups.
 
-A single controller (the driver running `RLTrainer`) shards each call across the data-parallel
-ranks by whole groups and gathers the results in order: encode and sample (rollout), annotate
-(old/reference log-probs, values), train (each rank updates on its shard; DeepSpeed all-reduces),
-and weight sync to the rollout engine. A rank that dies stops the run with an error naming it;
-the last checkpoint stays intact.
+A single controller (the driver running `RLTrainer`) shards each call across the policy's
+data-parallel ranks by whole groups and gathers the results in order: encode and sample (rollout),
+annotate (old/reference log-probs, values), train (each rank updates on its shard; DeepSpeed
+all-reduces), and weight sync to the rollout engine. The reference model and the critic live in
+the policy ranks (colocated, the default) or in groups of their own (`colocate_actor_ref=false`,
+`colocate_critic=false`, `colocate_all=false`), which then work on the same shards at the same
+time as the policy ranks. A rank that dies stops the run with an error naming it; the last
+checkpoint stays intact.
 """
 from __future__ import annotations
 
 import logging
-import socket
+import math
 
 import ray
 import torch
-from ray.util.placement_group import placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from asr_rl.trainer.distributed.ray_actors import TrainerRank
+from asr_rl.trainer.distributed.actor_group import ActorGroup, check_resources, free_port
+from asr_rl.trainer.distributed.ray_actors import CriticRank, ReferenceRank, TrainerRank
 from asr_rl.trainer.distributed.ray_utils import init_ray
 from asr_rl.trainer.rollout import Experience
 
 log = logging.getLogger("asr_rl.ray")
 
 
-class RankFailed(RuntimeError):
-    """A trainer rank or engine actor died or raised; the message names it."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RayWorkers:
     def __init__(self, cfg, ctx, algo: str = "grpo", text: bool = False):
         d = cfg.distributed
         self.cfg, self.text = cfg, text
-        self.world_size = d.actor_num_nodes * d.actor_num_gpus_per_node
         init_ray(num_cpus=d.ray_num_cpus)
         use_gpu = torch.cuda.is_available() and ctx.device == "cuda"
-        bundle = {"GPU": 1, "CPU": 1} if use_gpu else {"CPU": 1}
-        self.pg = placement_group([bundle] * self.world_size, strategy="PACK")
-        ray.get(self.pg.ready(), timeout=120)
-        # Ranks of one group share a machine here: 127.0.0.1 (Ray reports a non-loopback node IP).
-        addr = "127.0.0.1" if self.world_size <= d.actor_num_gpus_per_node else ray.util.get_node_ip_address()
-        port = free_port()
-        self.ranks = [TrainerRank.options(
-            num_gpus=1 if use_gpu else 0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r),
-        ).remote(r, self.world_size, addr, port) for r in range(self.world_size)]
-        with_critic = cfg.algo.advantage_estimator == "gae"
-        info = self._all("setup", [(cfg, ctx.device, with_critic, text)] * self.world_size)
+        needs_ref, needs_critic = cfg.algo.init_kl_coef > 0, cfg.algo.advantage_estimator == "gae"
+        sizes = {"trainer": d.actor_num_nodes * d.actor_num_gpus_per_node}
+        if needs_ref and d.separate_ref:
+            sizes["reference"] = d.ref_num_nodes * d.ref_num_gpus_per_node
+        if needs_critic and d.separate_critic:
+            sizes["critic"] = d.critic_num_nodes * d.critic_num_gpus_per_node
+        check_resources(sizes, use_gpu)
+        self.policy = _dp_group("trainer", TrainerRank, d.actor_num_nodes, d.actor_num_gpus_per_node, use_gpu, cfg)
+        self.world_size = len(self.policy)
+        self.ranks = self.policy.actors
+        self.ref = self.critic = None
+        if "reference" in sizes:
+            self.ref = ActorGroup("reference", ReferenceRank, sizes["reference"], use_gpu,
+                                  lambda i: (i, cfg, ctx.device, text), cfg.output_dir)
+        if "critic" in sizes:
+            self.critic = _dp_group("critic", CriticRank, d.critic_num_nodes, d.critic_num_gpus_per_node, use_gpu,
+                                    cfg, (cfg, ctx.device, text))
+        # kept groups per step must split evenly over every group's ranks
+        self.group_multiple = math.lcm(*(len(g) for g in (self.policy, self.ref, self.critic) if g))
+        colocated = (needs_ref and self.ref is None, needs_critic and self.critic is None)
+        info = self.policy.call_all("setup", cfg, ctx.device, *colocated, text)
         self.pad_id = info[0]["pad_id"]
         from asr_rl.models.codec import ResponseCodec
 
@@ -61,41 +61,17 @@ class RayWorkers:
             from asr_rl.trainer.distributed.vllm_actor import VLLMEngineGroup
 
             self.engine = VLLMEngineGroup(cfg, self.ranks, text)
-        log.info("Ray backend: %d trainer ranks (ZeRO-%d)%s", self.world_size, d.zero_stage,
+        log.info("Ray backend: %d policy ranks (ZeRO-%d)%s%s%s", self.world_size, d.zero_stage,
+                 f", {len(self.ref)} reference rank(s)" if self.ref else "",
+                 f", {len(self.critic)} critic rank(s)" if self.critic else "",
                  f", {d.vllm_num_engines} vLLM engine(s)" if self.engine else "")
 
-    # --- plumbing ------------------------------------------------------------------------
     def _all(self, method: str, args: list[tuple]) -> list:
-        """Call `method` on every rank with its own args; a failure names the rank."""
-        refs = [getattr(r, method).remote(*a) for r, a in zip(self.ranks, args)]
-        rank_of = {ref: rank for rank, ref in enumerate(refs)}
-        results, failed, pending = {}, [], list(refs)
-        while pending:
-            # Results as they come: a dead rank is reported at once, even while its peers are
-            # still blocked in a collective that will never complete.
-            ready, pending = ray.wait(pending, num_returns=1)
-            rank = rank_of[ready[0]]
-            try:
-                results[rank] = ray.get(ready[0])
-            except ray.exceptions.RayActorError as e:
-                raise RankFailed(f"trainer rank {rank} died during `{method}` ({type(e).__name__}). The last "
-                                 f"checkpoint in {self.cfg.output_dir} is intact; resume with resume=auto") from None
-            except ray.exceptions.RayTaskError as e:
-                failed.append((rank, e))
-        if failed:
-            rank, e = min(failed, key=lambda x: x[0])
-            raise RankFailed(f"trainer rank {rank} failed in `{method}`: {e.cause!r}") from e.cause
-        return [results[r] for r in range(len(refs))]
+        """Call `method` on every policy rank with its own args (vllm_actor.py uses it too)."""
+        return self.policy.call(method, args)
 
     def _shards(self, n_items: int) -> list[tuple[int, int]]:
-        """Contiguous, near-equal [start, end) ranges of `n_items` over the ranks."""
-        base, extra = divmod(n_items, self.world_size)
-        bounds, start = [], 0
-        for r in range(self.world_size):
-            end = start + base + (r < extra)
-            bounds.append((start, end))
-            start = end
-        return bounds
+        return self.policy.shards(n_items)
 
     # --- the workers interface (see trainer/workers.py) ----------------------------------
     def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
@@ -126,22 +102,25 @@ class RayWorkers:
     def parse(self, text: str, language):
         return self.codec.parse(text, language)
 
-    def _split(self, exp: Experience) -> list[Experience]:
-        """Shard the experience by whole groups, in order."""
-        if len(exp.groups) % self.world_size:
-            raise ValueError(f"{len(exp.groups)} groups cannot be split evenly over {self.world_size} ranks; make "
-                             "rollout_batch_size a multiple of the number of trainer ranks")
-        return [exp.subset_groups(range(a, b)) for a, b in self._shards(len(exp.groups))]
-
     def annotate(self, exp: Experience, need_old_logp: bool) -> None:
-        parts = self._all("annotate", [(s, need_old_logp) for s in self._split(exp)])
-        for key in ("old_logp", "ref_logp", "values"):
-            if key in parts[0]:
-                setattr(exp, key, _cat_padded([p[key] for p in parts]))
+        """Old log-probs (+ colocated reference/critic) on the policy ranks; a separate reference
+        or critic group works on the same experience at the same time."""
+        calls = [(self.policy, "annotate", [(s, need_old_logp) for s in _split(exp, len(self.policy))])]
+        calls += [(g, "annotate", [(s,) for s in _split(exp, len(g))]) for g in (self.ref, self.critic) if g]
+        for parts in _run_together(calls):
+            for key in ("old_logp", "ref_logp", "values"):
+                if key in parts[0]:
+                    setattr(exp, key, _cat_padded([p[key] for p in parts]))
 
     def train(self, exp: Experience, step: int, kl_coef: float) -> dict:
-        parts = self._all("train", [(s, step, kl_coef) for s in self._split(exp)])
-        return {k: sum(p[k] for p in parts) / len(parts) for k in parts[0]}  # mean over ranks
+        separate_critic = self.critic is not None
+        calls = [(self.policy, "train", [(s, step, kl_coef, separate_critic) for s in _split(exp, self.world_size)])]
+        if separate_critic:
+            calls.append((self.critic, "train", [(s, step) for s in _split(exp, len(self.critic))]))
+        metrics = {}
+        for parts in _run_together(calls):
+            metrics.update({k: sum(p[k] for p in parts) / len(parts) for k in parts[0]})  # mean over ranks
+        return metrics
 
     def sync_weights(self) -> None:
         if self.engine is not None:
@@ -157,27 +136,58 @@ class RayWorkers:
         self._all("save_model", [(str(path),)] * self.world_size)
 
     def save_engine_state(self, folder) -> None:
-        self._all("save_engine_state", [(str(folder),)] * self.world_size)
+        for group in (self.policy, self.critic):
+            if group is not None:
+                group.call_all("save_engine_state", str(folder))
 
     def state_dict(self) -> dict:
-        return {"backend": "ray", "world_size": self.world_size}
+        return {"backend": "ray", "world_size": self.world_size,
+                "critic_world_size": len(self.critic) if self.critic else 0}
 
     def load_state_dict(self, state: dict, ckpt) -> None:
-        if state.get("world_size") != self.world_size:
-            raise ValueError(f"checkpoint {ckpt} was written by {state.get('world_size')} ranks, this run has "
-                             f"{self.world_size}; resume with the same actor_num_gpus_per_node")
-        self._all("load_engine_state", [(str(ckpt / "trainer_state"),)] * self.world_size)
+        mine = self.state_dict()
+        for key, knob in (("world_size", "actor_num_gpus_per_node"), ("critic_world_size", "critic_num_gpus_per_node")):
+            if state.get(key, 0) != mine[key]:
+                raise ValueError(f"checkpoint {ckpt} was written with {key}={state.get(key, 0)}, this run has "
+                                 f"{mine[key]}; resume with the same {knob} and colocation settings")
+        for group in (self.policy, self.critic):
+            if group is not None:
+                group.call_all("load_engine_state", str(ckpt / "trainer_state"))
         self.sync_weights()
 
     def digests(self) -> list[dict]:
         return self._all("state_digest", [()] * self.world_size)
 
     def shutdown(self) -> None:
-        for r in self.ranks:
-            ray.kill(r)
         if self.engine is not None:
             self.engine.shutdown()
-        ray.util.remove_placement_group(self.pg)
+        for group in (self.policy, self.ref, self.critic):
+            if group is not None:
+                group.kill()
+
+
+def _dp_group(name: str, actor_cls, nodes: int, per_node: int, use_gpu: bool, cfg, extra: tuple = ()) -> ActorGroup:
+    """A DeepSpeed data-parallel group: its members share one process group of their own."""
+    size = nodes * per_node
+    # Members of one group share a machine here: 127.0.0.1 (Ray reports a non-loopback node IP).
+    addr = "127.0.0.1" if nodes == 1 else ray.util.get_node_ip_address()
+    port = free_port()
+    return ActorGroup(name, actor_cls, size, use_gpu, lambda i: (i, size, addr, port, *extra), cfg.output_dir)
+
+
+def _split(exp: Experience, parts: int) -> list[Experience]:
+    """Shard the experience by whole groups, in order, into `parts` near-equal pieces."""
+    if len(exp.groups) % parts:
+        raise ValueError(f"{len(exp.groups)} groups cannot be split evenly over {parts} ranks; make "
+                         "rollout_batch_size a multiple of the number of ranks of every group")
+    base = len(exp.groups) // parts
+    return [exp.subset_groups(range(i * base, (i + 1) * base)) for i in range(parts)]
+
+
+def _run_together(calls: list[tuple]) -> list[list]:
+    """Start `(group, method, args)` calls on all their groups at once, then gather each."""
+    refs = [(g, m, g.submit(m, a)) for g, m, a in calls]
+    return [g.gather(r, m) for g, m, r in refs]
 
 
 def _cat_padded(parts: list[torch.Tensor]) -> torch.Tensor:

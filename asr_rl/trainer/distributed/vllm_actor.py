@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ray
 
-from asr_rl.trainer.distributed.ray_workers import RankFailed, free_port
+from asr_rl.trainer.distributed.actor_group import RankFailed, free_port
 
 
 @ray.remote(num_cpus=0)

@@ -25,7 +25,8 @@ ATOL = 1e-4
 def local_ray():
     from asr_rl.trainer.distributed.ray_utils import init_ray, shutdown_ray
 
-    init_ray(num_cpus=2, object_store_mb=256)
+    # 4 logical CPU slots on 2 cores: enough for a policy rank plus separate reference and critic groups
+    init_ray(num_cpus=4, object_store_mb=256)
     yield
     shutdown_ray()
 
@@ -128,3 +129,53 @@ def test_ray_grpo_with_vllm_engines_syncs_after_every_update(local_ray, tiny_mod
                                       "max_steps=2", "save_steps=0", "rollout.dynamic_filtering=false"))
     rows = read_metrics(tmp_path / "v")
     assert [r["step"] for r in rows] == [1, 2] and all(r["time/sync"] > 0 for r in rows)
+
+
+def _text_ppo(tmp_path, name, model, data, *extra):
+    from asr_rl.trainer.rl_entry import train_rl
+
+    reward = tmp_path / "r.py"
+    reward.write_text("def reward_func(queries, prompts, labels, hypotheses=None, **kw):\n"
+                      "    return [float(l in h) - 0.1 * len(h) for h, l in zip(hypotheses, labels)]\n")
+    out = tmp_path / name
+    train_rl("ppo", None, [f"pretrain={model}", f"prompt_data={data['prompts']}", f"output_dir={out}",
+                           "backend=ray", "distributed.actor_num_gpus_per_node=1", "rollout_batch_size=4",
+                           "micro_train_batch_size=2", "max_new_tokens=6", "max_steps=2", "save_steps=0",
+                           f"reward.file={reward}", "init_kl_coef=0.05", "critic_learning_rate=1e-3",
+                           "logging.tensorboard=false", "logging.progress_bar=false", *extra])
+    return out
+
+
+def test_separate_reference_and_critic_groups_train_like_colocated(local_ray, tiny_text_model, text_data, tmp_path,
+                                                                   caplog):
+    """colocate_all=false puts the reference and the critic in actor groups of their own; with the
+    same seed and data the run is the colocated run: same policy weights, critic losses and KL."""
+    from safetensors.torch import load_file
+
+    from asr_rl.trainer.metrics import read_metrics
+
+    colocated = _text_ppo(tmp_path, "colocated", tiny_text_model, text_data)
+    with caplog.at_level("INFO", logger="asr_rl.ray"):
+        separate = _text_ppo(tmp_path, "separate", tiny_text_model, text_data, "distributed.colocate_all=false")
+    assert "1 policy ranks (ZeRO-2), 1 reference rank(s), 1 critic rank(s)" in caplog.text
+    a, b = (load_file(str(run / "final" / "model.safetensors")) for run in (colocated, separate))
+    assert a.keys() == b.keys()
+    assert [k for k in a if not torch.allclose(a[k], b[k], atol=ATOL)] == []
+    init = load_file(str(tiny_text_model / "model.safetensors"))
+    assert any(not torch.equal(init[k], b[k]) for k in b), "the policy did not move"
+    ma, mb = read_metrics(colocated), read_metrics(separate)
+    for key in ("critic/loss", "kl/mean", "actor/loss", "reward/mean"):
+        assert [r[key] for r in mb] == pytest.approx([r[key] for r in ma], rel=1e-4, abs=1e-6), key
+
+
+def test_groups_that_do_not_fit_the_cluster_fail_before_any_actor_starts(local_ray, tiny_text_model, text_data,
+                                                                          tmp_path):
+    import ray
+
+    from asr_rl.trainer.distributed.actor_group import RankFailed
+
+    free = ray.available_resources().get("CPU")
+    with pytest.raises(RankFailed, match=r"\(trainer 1, critic 8\) need \{'CPU': 9"):
+        _text_ppo(tmp_path, "big", tiny_text_model, text_data, "distributed.colocate_critic=false",
+                  "distributed.critic_num_gpus_per_node=8")
+    assert ray.available_resources().get("CPU") == free
