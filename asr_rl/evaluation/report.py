@@ -113,7 +113,7 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     table = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
     imgs = "".join(f'<p><img src="{p.name}"></p>' for p in (curves, bars) if p is not None)
-    atomic_write_text(out / "report.html", f"<html><body><h1>asr-rl report</h1><table border=1><tr>"
+    atomic_write_text(out / "report.html", "<html><body><h1>asr-rl report</h1><table border=1><tr>"
                       + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{table}</table>{imgs}</body></html>\n")
     return out / "report.md"
 

@@ -14,7 +14,7 @@ from asr_rl.trainer.checkpoint import list_checkpoints
 from asr_rl.trainer.losses import LossOutput
 from asr_rl.trainer.metrics import read_metrics
 from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
-from asr_rl.trainer.rollout import Experience, Group, build_experience
+from asr_rl.trainer.rollout import Group, build_experience
 
 from tests.trainer.test_grpo_e2e import _overrides
 
