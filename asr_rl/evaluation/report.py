@@ -41,14 +41,17 @@ def plot_training(runs: dict[str, list[dict]], out: Path) -> Path | None:
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
     drew = False
     for ax, (title, want) in zip(axes, panels):
+        offset = 0
         for name, rows in runs.items():
             for key in sorted({k for r in rows for k in r if want(k)}):
-                pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+                pts = [(offset + r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
                 if pts:
                     ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, ms=3, label=f"{name}: {key}")
                     drew = True
+            if title == "dev CER":  # runs back to back (SFT, then GRPO from it): one line of progress
+                offset += max((r["step"] for r in rows), default=0)
         ax.set_title(title)
-        ax.set_xlabel("step")
+        ax.set_xlabel("step (runs back to back)" if title == "dev CER" else "step")
         if ax.lines:
             ax.legend(fontsize=7)
     if not drew:
