@@ -38,6 +38,7 @@ fi
 EXP=${EXP:-exp/demo_${DEMO_SCALE}}
 CORPUS=${CORPUS:-data/demo_corpus_${N_TRAIN}}
 PORT=${PORT:-5123}
+REWARD=${REWARD:-builtin:asr}  # what the reward server scores with: builtin:asr, builtin:cer,keyword=1.0,... or a .py
 TEST_SETS="test_clean test_noisy test_accent dev"
 DONE=$EXP/.done
 mkdir -p "$EXP" "$DONE"
@@ -69,7 +70,7 @@ sft() {
 healthy() { python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$PORT/health', timeout=1).status_code != 200)" 2>/dev/null; }
 start_reward_server() {
   if healthy; then return 0; fi
-  nohup asr-rl reward serve --reward builtin:asr --port "$PORT" > "$EXP/reward_server.log" 2>&1 &
+  nohup asr-rl reward serve --reward "$REWARD" --port "$PORT" > "$EXP/reward_server.log" 2>&1 &
   echo $! > "$EXP/reward_server.pid"
   for _ in $(seq 120); do healthy && return 0; sleep 0.5; done
   log "the reward server did not start: see $EXP/reward_server.log"; exit 1

@@ -94,3 +94,11 @@ def test_trl_function_that_applies_to_no_sample_is_an_error(tmp_path):
     reward = load_reward_file(_file(tmp_path, "def never(completions, **kw):\n    return [None] * len(completions)\n"))
     with pytest.raises(RewardError, match="no function applies to sample 0"):
         reward(SAMPLES)
+
+
+def test_builtin_spec_takes_weights_per_term():
+    # weighted sum: sample 1 has CER 1/9 and misses its keyword, sample 2 is exact
+    out = load_reward_spec("builtin:cer=2,keyword=0.5")(SAMPLES)
+    assert out.rewards == [pytest.approx(2 * 8 / 9), pytest.approx(2.5)]
+    with pytest.raises(ValueError, match="weight of term 'keyword' is not a number: 'x'"):
+        load_reward_spec("builtin:cer,keyword=x")
