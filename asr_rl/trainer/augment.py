@@ -37,7 +37,7 @@ class AugmentConfig:
     reverb_prob: float = 0.0
 
 
-def add_noise(waveforms: list[np.ndarray], cfg: AugmentConfig, rng: np.random.Generator,
+def augment_waveforms(waveforms: list[np.ndarray], cfg: AugmentConfig, rng: np.random.Generator,
               sample_rate: int = 16000) -> list[np.ndarray]:
     """Reverberate `reverb_prob` of the utterances (synthetic room, RT60 0.15-0.6 s) and add white,
     pink or babble noise to `noise_prob` of them at an SNR drawn from [noise_snr_min, noise_snr_max]

@@ -72,6 +72,25 @@ def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_
     return policy
 
 
+def load_rl_policy(cfg, path: str | Path | None, device: str, text: bool):
+    """The RL policy (audio, or text for the text RLHF path) from `path`, with the run's model settings."""
+    if text:
+        from asr_rl.models.text_policy import load_text_policy
+
+        return load_text_policy(path, cfg.model, device, cfg.data)
+    return load_policy(path, cfg.model, device, cfg.data.sample_rate)
+
+
+def build_critic(cfg, device: str, text: bool, policy=None):
+    """The PPO critic from `critic_pretrain`, else from a copy of `policy` (or of `pretrain` when
+    there is none: a critic in a process of its own)."""
+    from asr_rl.models.critic import ValueModel
+
+    if cfg.critic_pretrain or policy is None:
+        return ValueModel(load_rl_policy(cfg, cfg.critic_pretrain or cfg.pretrain, device, text))
+    return ValueModel.from_policy(policy)
+
+
 def build_optimizer(params, lr: float, weight_decay: float, betas: tuple[float, ...]) -> torch.optim.Optimizer:
     """AdamW with no weight decay on biases and norms (1-D tensors)."""
     params = [p for p in params if p.requires_grad]

@@ -86,7 +86,7 @@ class RLTrainer:
         keep = (min(len(kept), want) // multiple) * multiple
         if keep == 0:
             raise RuntimeError(f"dynamic filtering kept {len(kept)} of {seen} groups in {rounds} rounds (every other "
-                               f"group's rewards tie), fewer than the {multiple} trainer rank(s); raise temperature or "
+                               f"group's rewards tie), fewer than the {multiple} the ranks need to split them evenly; raise temperature or "
                                "rollout.max_filter_rounds, or set rollout.dynamic_filtering=false")
         return kept[:keep], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
                              "rollout/groups_kept": keep, "rollout/rounds": rounds,

@@ -64,7 +64,7 @@ def noisy_batches(cfg: RLConfig):
     import numpy as np
 
     from asr_rl.data.batching import load_batch
-    from asr_rl.trainer.augment import AugmentConfig, add_noise
+    from asr_rl.trainer.augment import AugmentConfig, augment_waveforms
 
     r = cfg.rollout
     noise = AugmentConfig(noise_prob=r.noise_prob, noise_snr_min=r.noise_snr_min, noise_snr_max=r.noise_snr_max,
@@ -73,7 +73,7 @@ def noisy_batches(cfg: RLConfig):
         batch = load_batch(items, cfg.data.sample_rate)
         if r.noise_prob > 0 or r.reverb_prob > 0:
             key = zlib.crc32("|".join(u.id for u in items).encode())
-            batch.waveforms = add_noise(batch.waveforms, noise, np.random.default_rng([cfg.seed, key]),
+            batch.waveforms = augment_waveforms(batch.waveforms, noise, np.random.default_rng([cfg.seed, key]),
                                         cfg.data.sample_rate)
         return batch
     return make
@@ -117,16 +117,11 @@ def build_workers(cfg: RLConfig, ctx, algo: str):
         from asr_rl.trainer.distributed.ray_workers import RayWorkers
 
         return RayWorkers(cfg, ctx, algo)
-    from asr_rl.models.critic import ValueModel
-    from asr_rl.trainer.common import load_policy
+    from asr_rl.trainer.common import build_critic, load_policy
     from asr_rl.trainer.workers import LocalWorkers
 
     policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
-    critic = None
-    if cfg.algo.advantage_estimator == "gae":
-        source = load_policy(cfg.critic_pretrain, cfg.model, ctx.device, cfg.data.sample_rate) \
-            if cfg.critic_pretrain else policy
-        critic = ValueModel.from_policy(source)
+    critic = build_critic(cfg, ctx.device, False, policy) if cfg.algo.advantage_estimator == "gae" else None
     engine = None
     if cfg.rollout.engine == "vllm":
         from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine

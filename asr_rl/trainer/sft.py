@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
-from asr_rl.trainer.augment import add_noise, spec_augment
+from asr_rl.trainer.augment import augment_waveforms, spec_augment
 from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                       save_checkpoint, save_final, set_rng_state)
 from asr_rl.trainer.common import build_optimizer, build_scheduler, load_policy, make_logger, setup_run
@@ -29,7 +29,9 @@ log = logging.getLogger("asr_rl.sft")
 def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig,
              rng: np.random.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Cross-entropy (+ CTC) of one micro-batch; augmentation only when `rng` is given."""
-    waveforms = add_noise(batch.waveforms, cfg.augment, rng, cfg.data.sample_rate) if rng is not None else batch.waveforms
+    waveforms = batch.waveforms
+    if rng is not None:
+        waveforms = augment_waveforms(waveforms, cfg.augment, rng, cfg.data.sample_rate)
     prompts = policy.prepare(waveforms, batch.languages)
     if rng is not None:
         prompts.input_features = spec_augment(prompts.input_features, prompts.input_features_mask, cfg.augment, rng)

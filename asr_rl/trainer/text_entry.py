@@ -29,13 +29,9 @@ def build_text_workers(cfg: RLConfig, ctx):
         from asr_rl.trainer.distributed.ray_workers import RayWorkers
 
         return RayWorkers(cfg, ctx, text=True)
-    from asr_rl.models.critic import ValueModel
-    from asr_rl.models.text_policy import load_text_policy
+    from asr_rl.trainer.common import build_critic, load_rl_policy
     from asr_rl.trainer.workers import LocalWorkers
 
-    policy = load_text_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data)
-    critic = None
-    if cfg.algo.advantage_estimator == "gae":
-        source = load_text_policy(cfg.critic_pretrain, cfg.model, ctx.device) if cfg.critic_pretrain else policy
-        critic = ValueModel.from_policy(source)
+    policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=True)
+    critic = build_critic(cfg, ctx.device, True, policy) if cfg.algo.advantage_estimator == "gae" else None
     return LocalWorkers(cfg, policy, critic)

@@ -83,14 +83,14 @@ def test_sft_config_errors(tiny_model, tiny_corpus, tmp_path):
 def test_noise_and_reverb_augmentation_hits_the_requested_snr():
     import numpy as np
 
-    from asr_rl.trainer.augment import AugmentConfig, add_noise
+    from asr_rl.trainer.augment import AugmentConfig, augment_waveforms
 
     rng = np.random.default_rng(0)
     wav = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 220)).astype(np.float32)
     cfg = AugmentConfig(noise_prob=1.0, noise_snr_min=10.0, noise_snr_max=10.0, reverb_prob=0.0)
-    (noisy,) = add_noise([wav], cfg, rng)
+    (noisy,) = augment_waveforms([wav], cfg, rng)
     noise = noisy.astype(np.float64) - wav
     assert 10 * np.log10(np.mean(wav.astype(np.float64) ** 2) / np.mean(noise ** 2)) == pytest.approx(10.0, abs=0.05)
-    (reverbed,) = add_noise([wav], AugmentConfig(noise_prob=0.0, reverb_prob=1.0), rng)
+    (reverbed,) = augment_waveforms([wav], AugmentConfig(noise_prob=0.0, reverb_prob=1.0), rng)
     assert reverbed.shape == wav.shape and not np.allclose(reverbed, wav)
-    assert np.array_equal(add_noise([wav], AugmentConfig(noise_prob=0.0), rng)[0], wav)
+    assert np.array_equal(augment_waveforms([wav], AugmentConfig(noise_prob=0.0), rng)[0], wav)

@@ -1,6 +1,7 @@
 """The Ray actors: a trainer rank (a DeepSpeed data-parallel rank of the policy and, colocated, the
-reference model and the critic), and the reference and critic ranks of separate groups. Methods unpack their inputs and delegate to the same
-functions the local backend uses (trainer/actor.py); nothing here is RL math.
+reference model and the critic), and the reference and critic ranks of separate groups. Methods
+unpack their inputs and delegate to the same functions the local backend uses (trainer/actor.py,
+trainer/common.py); nothing here is RL math.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import ray
 import torch
 
 from asr_rl.trainer.actor import critic_update, forward_logprobs, forward_values, ppo_update
+from asr_rl.trainer.common import build_critic, load_rl_policy
 from asr_rl.trainer.rollout import Experience
 
 
@@ -33,10 +35,10 @@ class TrainerRank:
 
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
-        self.policy = _load_policy(cfg, cfg.pretrain, device, text)
+        self.policy = load_rl_policy(cfg, cfg.pretrain, device, text)
         # The reference is copied before DeepSpeed partitions anything (ZeRO-3 would copy stubs).
         self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False) if with_ref else None
-        self.critic = _build_critic(cfg, device, text, self.policy) if with_critic else None
+        self.critic = build_critic(cfg, device, text, self.policy) if with_critic else None
         common = _strategy_kwargs(cfg, self.world_size)
         self.actor = DeepSpeedStrategy(self.policy.model, [p for _, p in self.policy.trainable_parameters()],
                                        lr=cfg.optim.actor_learning_rate, **common)
@@ -76,7 +78,8 @@ class TrainerRank:
         metrics = {}
         if self.critic is not None:
             metrics.update(_train_critic(self.critic, self.critic_strategy, exp, cfg, train_size, step))
-        if not (self.critic is not None or separate_critic) or step > cfg.freeze_critic_steps:
+        has_critic = self.critic is not None or separate_critic
+        if not has_critic or step > cfg.freeze_critic_steps:  # PPO warm-up trains the critic alone
             self.policy.train()
             metrics.update(ppo_update(self.policy, self.actor, exp, cfg.algo, o.micro_train_batch_size, train_size,
                                       cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
@@ -156,7 +159,7 @@ class ReferenceRank:
         _quiet_worker(rank)
         torch.manual_seed(cfg.seed)
         self.rank, self.cfg = rank, cfg
-        self.ref = _load_policy(cfg, cfg.pretrain, device, text).eval().requires_grad_(False)
+        self.ref = load_rl_policy(cfg, cfg.pretrain, device, text).eval().requires_grad_(False)
 
     def annotate(self, exp: Experience) -> dict:
         return {"ref_logp": forward_logprobs(self.ref, exp, self.cfg.optim.micro_train_batch_size,
@@ -176,7 +179,7 @@ class CriticRank:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         init_distributed(rank, world_size, master_addr, master_port)
         torch.manual_seed(cfg.seed)
-        self.critic = _build_critic(cfg, device, text)
+        self.critic = build_critic(cfg, device, text)
         self.strategy = DeepSpeedStrategy(self.critic, self.critic.trainable_parameters(),
                                           lr=cfg.optim.critic_learning_rate, **_strategy_kwargs(cfg, world_size))
 
@@ -210,25 +213,6 @@ def _fault_hook(rank: int, step: int) -> None:
     like a node or process lost mid-step."""
     if os.environ.get("ASR_RL_KILL_RANK") == f"{rank}:{step}":
         os._exit(1)
-
-
-def _load_policy(cfg, path: str, device: str, text: bool):
-    if text:
-        from asr_rl.models.text_policy import load_text_policy
-
-        return load_text_policy(path, cfg.model, device, cfg.data)
-    from asr_rl.trainer.common import load_policy
-
-    return load_policy(path, cfg.model, device, cfg.data.sample_rate)
-
-
-def _build_critic(cfg, device: str, text: bool, policy=None):
-    """The critic from `critic_pretrain`, else a copy of `policy` (or of `pretrain` when there is none)."""
-    from asr_rl.models.critic import ValueModel
-
-    if cfg.critic_pretrain or policy is None:
-        return ValueModel(_load_policy(cfg, cfg.critic_pretrain or cfg.pretrain, device, text))
-    return ValueModel.from_policy(policy)
 
 
 def _strategy_kwargs(cfg, world_size: int) -> dict:

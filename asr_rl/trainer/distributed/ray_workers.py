@@ -105,8 +105,8 @@ class RayWorkers:
     def annotate(self, exp: Experience, need_old_logp: bool) -> None:
         """Old log-probs (+ colocated reference/critic) on the policy ranks; a separate reference
         or critic group works on the same experience at the same time."""
-        calls = [(self.policy, "annotate", [(s, need_old_logp) for s in _split(exp, len(self.policy))])]
-        calls += [(g, "annotate", [(s,) for s in _split(exp, len(g))]) for g in (self.ref, self.critic) if g]
+        calls = [(self.policy, "annotate", [(s, need_old_logp) for s in _split(exp, self.policy)])]
+        calls += [(g, "annotate", [(s,) for s in _split(exp, g)]) for g in (self.ref, self.critic) if g]
         for parts in _run_together(calls):
             for key in ("old_logp", "ref_logp", "values"):
                 if key in parts[0]:
@@ -114,9 +114,9 @@ class RayWorkers:
 
     def train(self, exp: Experience, step: int, kl_coef: float) -> dict:
         separate_critic = self.critic is not None
-        calls = [(self.policy, "train", [(s, step, kl_coef, separate_critic) for s in _split(exp, self.world_size)])]
+        calls = [(self.policy, "train", [(s, step, kl_coef, separate_critic) for s in _split(exp, self.policy)])]
         if separate_critic:
-            calls.append((self.critic, "train", [(s, step) for s in _split(exp, len(self.critic))]))
+            calls.append((self.critic, "train", [(s, step) for s in _split(exp, self.critic)]))
         metrics = {}
         for parts in _run_together(calls):
             metrics.update({k: sum(p[k] for p in parts) / len(parts) for k in parts[0]})  # mean over ranks
@@ -175,13 +175,12 @@ def _dp_group(name: str, actor_cls, nodes: int, per_node: int, use_gpu: bool, cf
     return ActorGroup(name, actor_cls, size, use_gpu, lambda i: (i, size, addr, port, *extra), cfg.output_dir)
 
 
-def _split(exp: Experience, parts: int) -> list[Experience]:
-    """Shard the experience by whole groups, in order, into `parts` near-equal pieces."""
-    if len(exp.groups) % parts:
-        raise ValueError(f"{len(exp.groups)} groups cannot be split evenly over {parts} ranks; make "
-                         "rollout_batch_size a multiple of the number of ranks of every group")
-    base = len(exp.groups) // parts
-    return [exp.subset_groups(range(i * base, (i + 1) * base)) for i in range(parts)]
+def _split(exp: Experience, group: ActorGroup) -> list[Experience]:
+    """Shard the experience by whole groups, in order, equally over `group`'s members."""
+    if len(exp.groups) % len(group):
+        raise ValueError(f"{len(exp.groups)} groups cannot be split evenly over the {len(group)} {group.name} ranks; "
+                         "make rollout_batch_size a multiple of the number of ranks of every group")
+    return [exp.subset_groups(range(a, b)) for a, b in group.shards(len(exp.groups))]
 
 
 def _run_together(calls: list[tuple]) -> list[list]:
