@@ -14,7 +14,7 @@
 # interrupted SFT or GRPO stage resumes from its last checkpoint.
 # Usage: bash recipes/quickstart.sh [stage] [stop_stage]
 #   DEMO_SCALE=tiny  a first look in a few minutes (small corpus, tiny model, a few steps)
-#   DEMO_SCALE=full  the real result (default): 40-75 minutes on a 2-core CPU machine
+#   DEMO_SCALE=full  the real result (default): 60-80 minutes on a 2-core CPU machine
 set -eou pipefail
 
 stage=${1:-0}
@@ -27,10 +27,10 @@ if [ "$DEMO_SCALE" = tiny ]; then
              eval_steps=0 save_steps=1)
 elif [ "$DEMO_SCALE" = full ]; then
   # Step budgets, so that the result does not depend on the machine's speed (the LR schedules end
-  # where the runs do); the minute limits are only a safety cap. ~20 + 10 minutes of training on a
-  # fast 2-core x86 machine, about twice that on a slow one (BENCHMARKS.md).
-  N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-50}
-  SFT_STEPS=${SFT_STEPS:-2400}; GRPO_STEPS=${GRPO_STEPS:-150}; GRPO_MINUTES=${GRPO_MINUTES:-20}
+  # where the runs do); the minute limits are only a safety cap. ~50 + 10 minutes of training on this
+  # 2-core AMD EPYC host (BENCHMARKS.md); the SFT start decides whether GRPO can improve on it.
+  N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-65}
+  SFT_STEPS=${SFT_STEPS:-3600}; GRPO_STEPS=${GRPO_STEPS:-150}; GRPO_MINUTES=${GRPO_MINUTES:-20}
   GRPO_ARGS=()
 else
   echo "DEMO_SCALE must be tiny or full, got '$DEMO_SCALE'" >&2; exit 2
