@@ -14,7 +14,7 @@
 # interrupted SFT or GRPO stage resumes from its last checkpoint.
 # Usage: bash recipes/quickstart.sh [stage] [stop_stage]
 #   DEMO_SCALE=tiny  a first look in a few minutes (small corpus, tiny model, a few steps)
-#   DEMO_SCALE=full  the real result (default): 60-80 minutes on a 2-core CPU machine
+#   DEMO_SCALE=full  the real result (default): about 60 minutes on a 2-core CPU machine
 set -eou pipefail
 
 stage=${1:-0}
