@@ -1,6 +1,8 @@
 """The Ray backend on a real embedded Ray with 2 DeepSpeed ranks over gloo, against the local backend."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -174,8 +176,13 @@ def test_groups_that_do_not_fit_the_cluster_fail_before_any_actor_starts(local_r
 
     from asr_rl.trainer.distributed.actor_group import RankFailed
 
-    free = ray.available_resources().get("CPU")
+    # The previous test's actors give their CPU slots back asynchronously; start from a settled cluster.
+    total = ray.cluster_resources()["CPU"]
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU") != total and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU") == total, "an earlier test's actors still hold CPU slots"
     with pytest.raises(RankFailed, match=r"\(trainer 1, critic 8\) need \{'CPU': 9"):
         _text_ppo(tmp_path, "big", tiny_text_model, text_data, "distributed.colocate_critic=false",
                   "distributed.critic_num_gpus_per_node=8")
-    assert ray.available_resources().get("CPU") == free
+    assert ray.available_resources().get("CPU") == total
