@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from asr_rl.models.audio_policy import Responses
 from asr_rl.trainer.config import AlgoConfig
@@ -59,11 +60,26 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
         kl = kl_loss(logp, mb.ref_logp.to(logp.device), mask, algo.kl_estimator, algo.loss_agg_mode)
         loss = loss + kl_coef * kl.loss
         metrics.update(kl.metrics)
+    if algo.sft_coef > 0:
+        ce = reference_ce(policy, mb)
+        loss = loss + algo.sft_coef * ce
+        metrics["actor/sft_ce"] = float(ce.detach())
     ent = entropy_loss(entropy, mask, algo.loss_agg_mode)
     if algo.entropy_coef:
         loss = loss - algo.entropy_coef * ent
     metrics["policy/entropy"] = float(ent.detach())
     return LossOutput(loss, metrics)
+
+
+def reference_ce(policy, mb: MicroBatch) -> torch.Tensor:
+    """Token-mean cross-entropy of the reference transcripts of the micro-batch's utterances (one per
+    prompt row, whatever the number of its samples in the micro-batch), teacher-forced."""
+    embeds, mask = policy.embed_rows(mb.prompt_rows)
+    targets = policy.target_ids([u.text for u in mb.items], [u.language for u in mb.items])
+    targets = Responses(targets.ids.to(embeds.device), targets.mask.to(embeds.device), [])
+    logits = policy.response_logits(embeds, mask, targets)
+    keep = targets.mask.bool()
+    return F.cross_entropy(logits[keep], targets.ids[keep])
 
 
 def ppo_update(policy, strategy, exp: Experience, algo: AlgoConfig, micro_size: int, train_size: int,
@@ -110,5 +126,5 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
     return metrics
 
 
-__all__ = ["TrainingDiverged", "micro_logprobs", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",
+__all__ = ["TrainingDiverged", "micro_logprobs", "reference_ce", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",
            "masked_mean"]

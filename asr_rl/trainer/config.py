@@ -150,6 +150,10 @@ class AlgoConfig:
         value_clip: critic value clip range (PPO).
         max_epochs: passes over each rollout's experience.
         normalize_gae_advantages: whiten GAE advantages over the batch (OpenRLHF does for gae).
+        sft_coef: weight of the cross-entropy on each utterance's reference transcript, added to the
+            policy loss (0 = pure RL). Sequence-level ASR training interpolates with CE for
+            stability (MWER + CE, Prabhavalkar et al. 2018, arXiv:1712.01818); PPO-ptx does the same
+            with pretraining data (Ouyang et al. 2022). Audio manifests only.
     """
 
     advantage_estimator: str = "group_norm"
@@ -169,6 +173,7 @@ class AlgoConfig:
     value_clip: float = 0.2
     max_epochs: int = 1
     normalize_gae_advantages: bool = True
+    sft_coef: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -297,6 +302,11 @@ class RLConfig(RunConfig):
                              f"train_batch_size {train}")
         if train % micro:
             raise ValueError(f"train_batch_size {train} is not a multiple of micro_train_batch_size {micro}")
+        if self.algo.sft_coef < 0:
+            raise ValueError(f"algo.sft_coef must be >= 0, got {self.algo.sft_coef}")
+        if self.algo.sft_coef > 0 and self.prompt_data:
+            raise ValueError("algo.sft_coef trains on reference transcripts, which audio manifests carry and "
+                             f"text prompt sets (prompt_data={self.prompt_data}) do not; set algo.sft_coef=0")
         if not self.model.freeze_encoder:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")

@@ -80,7 +80,7 @@ class Experience:
         pick = lambda t: None if t is None else t[idx]  # noqa: E731
         return MicroBatch([self.groups[g].prompt for g in groups], index, self.response_ids[idx],
                           self.response_mask[idx], pick(self.old_logp), pick(self.ref_logp), pick(self.values),
-                          pick(self.advantages), pick(self.returns))
+                          pick(self.advantages), pick(self.returns), [self.groups[g].item for g in groups])
 
 
 @dataclass
@@ -94,6 +94,7 @@ class MicroBatch:
     values: torch.Tensor | None
     advantages: torch.Tensor | None
     returns: torch.Tensor | None
+    items: list = field(default_factory=list)  # the prompts' Utterances (references for `algo.sft_coef`)
 
 
 def build_experience(groups: list[Group], group_size: int, pad_id: int) -> Experience:

@@ -63,12 +63,14 @@ def test_killed_after_step_2_resumes_to_the_same_step_3(tiny_model, tiny_corpus,
     ["advantage_estimator=dr_grpo"], ["advantage_estimator=rloo"], ["advantage_estimator=reinforce"],
     ["advantage_estimator=reinforce_baseline"], ["policy_loss=gspo", "loss_agg_mode=seq-mean-token-mean"],
     ["use_kl_loss=false", "init_kl_coef=0.05", "max_epochs=2", "dual_clip=3.0", "eps_clip_low_high=[0.2,0.28]"],
+    ["algo.sft_coef=0.5"],
 ])
 def test_every_estimator_and_loss_variant_runs_a_step(tiny_model, tiny_corpus, tmp_path, extra):
     run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1",
                                                          "save_steps=0", "rollout.dynamic_filtering=false", *extra)))
     (row,) = read_metrics(tmp_path / "r")
     assert row["actor/optimizer_steps"] >= 1 and row["actor/grad_norm"] > 0
+    assert ("actor/sft_ce" in row) == ("algo.sft_coef=0.5" in extra)
 
 
 def test_ppo_with_critic_trains_policy_and_critic(tiny_model, tiny_corpus, tmp_path):
