@@ -110,7 +110,8 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
     md += ["| " + " | ".join(r) + " |" for r in rows]
     for name, rows_ in runs.items():
         last = rows_[-1] if rows_ else {}
-        md.append(f"\nRun `{name}`: {len(rows_)} steps; last: " + ", ".join(
+        steps = max((r["step"] for r in rows_), default=0)  # a step-0 row holds the start's dev eval only
+        md.append(f"\nRun `{name}`: {steps} steps; last: " + ", ".join(
             f"{k} {last[k]:.4g}" for k in ("reward/mean", "eval/cer", "kl/loss", "loss/total") if k in last))
     md += [f"\n![{p.stem}]({p.name})" for p in (curves, bars) if p is not None]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")

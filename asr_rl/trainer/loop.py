@@ -133,6 +133,9 @@ class RLTrainer:
         cfg = self.cfg
         bar = tqdm(total=cfg.max_steps, initial=self.step_no, desc="rl", disable=not cfg.logging.progress_bar)
         run_start = time.perf_counter()
+        if self.eval_fn is not None and cfg.eval_steps > 0 and self.step_no == 0:
+            # the start's score on the same dev utterances, so the dev curve begins at the SFT checkpoint
+            self.logger.log(0, self.eval_fn())
         while self.step_no < cfg.max_steps:
             start = time.perf_counter()
             metrics = self.step()

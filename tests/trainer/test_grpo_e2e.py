@@ -42,6 +42,20 @@ def test_three_grpo_steps_train_projector_and_llm_and_leave_the_encoder(tiny_mod
         assert key in rows[-1], key
 
 
+def test_a_run_with_a_dev_set_logs_the_start_score_as_step_0(tiny_model, tiny_corpus, tmp_path):
+    from asr_rl.evaluation.evaluate import run_eval
+
+    dev = tiny_corpus / "dev.jsonl"
+    run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1",
+                                                         "save_steps=0", f"eval_manifest={dev}", "eval_steps=1")))
+    start, first = read_metrics(tmp_path / "r")
+    assert (start["step"], first["step"]) == (0, 1)
+    assert "reward/mean" not in start and "reward/mean" in first  # step 0 is the start's eval, not a step
+    expected = run_eval(tiny_model, {"dev": str(dev)}, progress=False)["dev"]
+    assert start["eval/cer"] == pytest.approx(expected.cer)
+    assert start["eval/keyword_recall"] == pytest.approx(expected.keyword_recall)
+
+
 def test_killed_after_step_2_resumes_to_the_same_step_3(tiny_model, tiny_corpus, tmp_path):
     straight = tmp_path / "straight"
     run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, straight)))
