@@ -20,9 +20,10 @@ class TrainingDiverged(FloatingPointError):
     """A NaN/inf loss: the run stops before the update, keeping its last checkpoint."""
 
 
-def micro_logprobs(policy, mb: MicroBatch, temperature: float, with_entropy: bool = False):
-    """Log-probs `(m, T)` (and entropy) of the micro-batch's responses under `policy`."""
-    embeds, mask = policy.embed_rows(mb.prompt_rows)
+def micro_logprobs(policy, mb: MicroBatch, temperature: float, with_entropy: bool = False, prompts=None):
+    """Log-probs `(m, T)` (and entropy) of the micro-batch's responses under `policy`; `prompts` is
+    `policy.embed_rows(mb.prompt_rows)` when the caller already has it."""
+    embeds, mask = prompts if prompts is not None else policy.embed_rows(mb.prompt_rows)
     responses = Responses(mb.response_ids.to(embeds.device), mb.response_mask.to(embeds.device), [])
     return policy.logprobs(embeds[mb.prompt_index], mask[mb.prompt_index], responses, temperature=temperature,
                            with_entropy=with_entropy)
@@ -47,7 +48,8 @@ def forward_values(critic, exp: Experience, micro_size: int) -> torch.Tensor:
 
 def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_coef: float) -> LossOutput:
     """Policy loss (+ KL loss - entropy bonus) of one micro-batch."""
-    logp, entropy = micro_logprobs(policy, mb, temperature, with_entropy=True)
+    prompts = policy.embed_rows(mb.prompt_rows)  # shared by the policy loss and the CE term
+    logp, entropy = micro_logprobs(policy, mb, temperature, with_entropy=True, prompts=prompts)
     mask = mb.response_mask.to(logp.device)
     # On-policy shortcut: with one update per rollout the old policy is the current one.
     old = mb.old_logp.to(logp.device) if mb.old_logp is not None else logp.detach()
@@ -61,7 +63,7 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
         loss = loss + kl_coef * kl.loss
         metrics.update(kl.metrics)
     if algo.sft_coef > 0:
-        ce = reference_ce(policy, mb)
+        ce = reference_ce(policy, mb, prompts)
         loss = loss + algo.sft_coef * ce
         metrics["actor/sft_ce"] = float(ce.detach())
     ent = entropy_loss(entropy, mask, algo.loss_agg_mode)
@@ -71,10 +73,10 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
     return LossOutput(loss, metrics)
 
 
-def reference_ce(policy, mb: MicroBatch) -> torch.Tensor:
+def reference_ce(policy, mb: MicroBatch, prompts=None) -> torch.Tensor:
     """Token-mean cross-entropy of the reference transcripts of the micro-batch's utterances (one per
     prompt row, whatever the number of its samples in the micro-batch), teacher-forced."""
-    embeds, mask = policy.embed_rows(mb.prompt_rows)
+    embeds, mask = prompts if prompts is not None else policy.embed_rows(mb.prompt_rows)
     targets = policy.target_ids([u.text for u in mb.items], [u.language for u in mb.items])
     targets = Responses(targets.ids.to(embeds.device), targets.mask.to(embeds.device), [])
     logits = policy.response_logits(embeds, mask, targets)

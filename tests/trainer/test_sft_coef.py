@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from asr_rl.config import ConfigError
 from asr_rl.data.audio import load_audio
 from asr_rl.data.manifest import read_manifest
 from asr_rl.trainer.actor import actor_loss, reference_ce
@@ -69,7 +70,7 @@ def test_sft_coef_adds_the_weighted_ce_and_pulls_the_policy_toward_the_reference
 
 
 def test_sft_coef_needs_reference_transcripts(tmp_path):
-    with pytest.raises(Exception, match=r"algo.sft_coef trains on reference transcripts.*prompt_data="):
+    with pytest.raises(ConfigError, match=r"algo.sft_coef trains on reference transcripts.*prompt_data="):
         load_rl_config("grpo", None, [f"prompt_data={tmp_path / 'p.jsonl'}", "algo.sft_coef=0.5"])
-    with pytest.raises(Exception, match=r"algo.sft_coef must be >= 0, got -1.0"):
+    with pytest.raises(ConfigError, match=r"algo.sft_coef must be >= 0, got -1.0"):
         load_rl_config("grpo", None, ["algo.sft_coef=-1"])
