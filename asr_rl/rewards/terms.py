@@ -14,7 +14,7 @@ from collections.abc import Callable
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
 from asr_rl.evaluation.metrics import keyword_hits
 from asr_rl.rewards.base import Sample
-from asr_rl.rewards.normalize import cer, is_cjk, normalize_text, wer
+from asr_rl.rewards.normalize import cer, char_errors, is_cjk, normalize_text, wer, word_errors
 
 TermFn = Callable[..., list[float]]
 TERMS: dict[str, TermFn] = {}
@@ -179,6 +179,92 @@ def fluency_term(samples: list[Sample], ngram: int = 3, max_length_ratio: float 
         penalty += length_weight * min(1.0, max(0.0, len(hyp) - allowed) / allowed)
         penalty += empty_penalty * (not hyp) + malformed_penalty * (not s.well_formed)
         out.append(max(-1.0, min(1.0, 1.0 - penalty)))
+    return out
+
+
+# --- how a transcript fails (Mega-ASR, Xie et al. 2026, arXiv:2605.19833) ----------------------
+# Past ~30% error a transcript stops being a near miss and breaks down as a whole: it is empty,
+# leaves most of the utterance out, or is fluent text the audio does not hold (a hallucination or a
+# repetition loop). A plain 1 - error rate gives all of these about the same low reward, so the
+# group's advantages cannot tell them apart; these terms can.
+def _edits(s: Sample, unit: str) -> tuple[int, int, int, int]:
+    """(substitutions, deletions, insertions, reference length) in `unit`: char | word | auto
+    (characters for languages written without spaces, words otherwise)."""
+    if unit not in ("auto", "char", "word"):
+        raise ValueError(f"unit must be auto, char or word, got {unit!r}")
+    chars = unit == "char" or (unit == "auto" and s.language in CHARACTER_SCORED)
+    return char_errors(s.reference, s.hypothesis) if chars else word_errors(s.reference, s.hypothesis)
+
+
+@register_term("omission")
+def omission_term(samples: list[Sample], unit: str = "auto") -> list[float]:
+    """-(deleted reference units / reference units): what the transcript leaves out; -1 when empty.
+
+    >>> omission_term([Sample("call anna", "call anna now"), Sample("", "call anna")])
+    [-0.3333333333333333, -1.0]
+    """
+    out = []
+    for s in samples:
+        _, d, _, n = _edits(s, unit)
+        out.append(-d / max(n, 1))
+    return out
+
+
+@register_term("hallucination")
+def hallucination_term(samples: list[Sample], unit: str = "auto", ngram: int = 3) -> list[float]:
+    """-(inserted units / reference units + share of repeated `ngram`-grams), clipped to [-1, 0]:
+    text the audio does not hold, and repetition loops.
+
+    >>> hallucination_term([Sample("call anna now please", "call anna"), Sample("call anna", "call anna")])
+    [-1.0, 0.0]
+    """
+    out = []
+    for s in samples:
+        _, _, ins, n = _edits(s, unit)
+        out.append(max(-1.0, -(ins / max(n, 1) + repeated_ngram_share(s.hypothesis, ngram))) + 0.0)  # no -0.0
+    return out
+
+
+@register_term("empty")
+def empty_term(samples: list[Sample]) -> list[float]:
+    """-1 for an empty transcript of a non-empty reference, else 0.
+
+    >>> empty_term([Sample("", "call anna"), Sample("x", "call anna")])
+    [-1.0, 0.0]
+    """
+    return [-1.0 if not normalize_text(s.hypothesis) and normalize_text(s.reference) else 0.0 for s in samples]
+
+
+@register_term("dg_wer")
+def dual_granularity_term(samples: list[Sample], gate: float = 0.3, unit: str = "auto", empty: float = -0.5,
+                          ngram: int = 3) -> list[float]:
+    """Dual-granularity error-gated reward (after Mega-ASR's DG-WGPO): token level below the gate,
+    sentence level above it, where transcripts fail as a whole.
+
+    With error rate e = (S + D + I) / N in `unit`:
+      e <= gate:  r = 1 - e                                   (a near miss: grade the words)
+      e >  gate:  r = (1 - gate) * H / N - I / N - rep        (H = N - S - D reference units recognised,
+                                                               rep = share of repeated n-grams), >= -1
+      empty:      r = `empty`
+    so a partial transcript that is right as far as it goes keeps credit for what it holds, a wrong
+    attempt scores about 0, an empty one `empty`, and a hallucination or loop below that.
+
+    >>> dual_granularity_term([Sample("call anna", "call anna"), Sample("call", "call anna now please"),
+    ...                        Sample("", "call anna"), Sample("call bob call bob call bob", "call anna")])
+    [1.0, 0.175, -0.5, -1.0]
+    """
+    out = []
+    for s in samples:
+        sub, d, ins, n = _edits(s, unit)
+        n = max(n, 1)
+        e = (sub + d + ins) / n
+        if not normalize_text(s.hypothesis):
+            out.append(empty)
+        elif e <= gate:
+            out.append(1.0 - e)
+        else:
+            hits = n - sub - d
+            out.append(max(-1.0, (1.0 - gate) * hits / n - ins / n - repeated_ngram_share(s.hypothesis, ngram)))
     return out
 
 

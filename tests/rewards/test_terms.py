@@ -85,10 +85,48 @@ def test_weighted_reward_combines_and_logs_each_term():
 
 
 def test_unknown_term_and_a_term_that_raises():
-    with pytest.raises(ValueError, match="unknown reward term 'bleu'; valid terms: cer, fluency, keyword"):
+    with pytest.raises(ValueError, match="unknown reward term 'bleu'; valid terms: cer, dg_wer, empty, fluency, hallucination, keyword"):
         get_term("bleu")
     with pytest.raises(ValueError, match="not in reward.terms"):
         WeightedReward({"cer": 1.0}, {"wer": {"floor": 0}})
     bad = WeightedReward({"cer": 1.0}, {"cer": {"no_such_option": 1}})
     with pytest.raises(RewardError, match="reward term 'cer' raised TypeError"):
         bad([S("a", "a")])
+
+
+def test_failure_terms_tell_omission_hallucination_and_empty_apart():
+    from asr_rl.rewards.terms import empty_term, hallucination_term, omission_term
+
+    ref = "turn on the kitchen lights"  # 5 words
+    omitted = S("turn on the", ref)                            # 2 deletions
+    hallucinated = S("turn on the kitchen lights and call anna", ref)  # 3 insertions
+    looped = S("turn on turn on turn on", ref)
+    empty = S("", ref)
+    assert omission_term([omitted, hallucinated, empty]) == [-2 / 5, 0.0, -1.0]
+    assert hallucination_term([omitted, hallucinated, empty]) == [0.0, -3 / 5, 0.0]
+    # the loop aligns as "turn on [the->turn] [kitchen->on] [lights->turn] +on": 3 sub, 1 ins (1/5);
+    # its word 3-grams (turn on turn)(on turn on)(turn on turn)(on turn on): 2 of 4 repeat an earlier one
+    assert hallucination_term([looped]) == [pytest.approx(-(1 / 5 + 2 / 4))]
+    assert empty_term([omitted, empty, S("", "")]) == [0.0, -1.0, 0.0]
+    # Mandarin counts characters: 打开客厅的灯 (6) -> 打开灯 leaves out 3; as one "word" it is 1 substitution
+    assert omission_term([S("打开灯", "打开客厅的灯", "zh")]) == [-0.5]
+    assert omission_term([S("打开灯", "打开客厅的灯", "zh")], unit="word") == [0.0]
+    with pytest.raises(ValueError, match="unit must be auto, char or word"):
+        omission_term([omitted], unit="phone")
+
+
+def test_dual_granularity_reward_ranks_how_a_transcript_fails():
+    from asr_rl.rewards.terms import dual_granularity_term
+
+    ref = "turn on the kitchen lights"  # 5 words, gate 0.3
+    near = S("turn on the kitchen light", ref)          # 1 sub: e = 0.2 <= gate -> 1 - 0.2
+    partial = S("turn on", ref)                         # 3 del: e = 0.6 -> 0.7 * 2/5 = 0.28
+    wrong = S("play some music now please", ref)        # 5 sub: hits 0 -> 0
+    empty = S("", ref)                                  # -> empty = -0.5
+    # 10 words for 5: 'the' kept, 4 sub, 5 ins -> 0.7 * 1/5 - 5/5 = -0.86
+    hallucinated = S("play some music in the bedroom and call anna now", ref)
+    looped = S("lights lights lights lights lights lights lights lights", ref)  # 7 ins + repeats -> -1 (floor)
+    r = dual_granularity_term([near, partial, wrong, empty, hallucinated, looped])
+    assert r == [pytest.approx(0.8), pytest.approx(0.28), 0.0, -0.5, pytest.approx(-0.86), -1.0]
+    assert r[0] > r[1] > r[2] > r[3] > r[4] > r[5]
+    assert dual_granularity_term([empty], empty=-0.2) == [-0.2]
