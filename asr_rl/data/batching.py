@@ -3,10 +3,17 @@
 The order is a pure function of (seed, epoch): a resumed run that restores `DataPosition` draws
 exactly the batches an uninterrupted run would have drawn. Features are not computed here: the
 policy's own Hugging Face processor turns waveforms into model inputs.
+
+Augmentation is by variant: an `Augmenter` picks, per utterance and epoch, variant 0 (the clean
+audio) or one of a few augmented variants, each a pure function of (seed, utterance, variant). A
+frozen encoder's states are cached by (audio path, variant), so variants repeat on purpose, and the
+waveform of a batch is loaded (and augmented) lazily, only for what the cache lacks.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -14,20 +21,63 @@ from asr_rl.data.audio import load_audio
 from asr_rl.data.manifest import Utterance
 
 
+class Augmenter(Protocol):
+    tag: str  # identifies the variants (settings and seed): equal tags, equal audio
+
+    def pick(self, utterance: Utterance, epoch: int) -> int:
+        """The variant of `utterance` drawn in `epoch` (0 = clean)."""
+
+    def apply(self, waveform: np.ndarray, utterance: Utterance, variant: int, sample_rate: int) -> np.ndarray:
+        """Variant `variant` of `waveform` (variant 0: unchanged)."""
+
+
+class LazyWaveforms(Sequence):
+    """Waveforms made on first access by `make(i)` and kept."""
+
+    def __init__(self, make: Callable[[int], np.ndarray], n: int):
+        self._make, self._n, self._done = make, n, {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i not in self._done:
+            self._done[i] = self._make(i)
+        return self._done[i]
+
+
 @dataclass
 class AudioBatch:
-    """`utterances[i]` with its float32 mono waveform `waveforms[i]` `(num_samples_i,)`."""
+    """`utterances[i]` with its float32 mono waveform `waveforms[i]` `(num_samples_i,)` (a list, or
+    a `LazyWaveforms` loaded on access) and its augmentation variant `variants[i]` (0 = clean)."""
 
     utterances: list[Utterance]
-    waveforms: list[np.ndarray]
+    waveforms: Sequence[np.ndarray]
     sample_rate: int = 16000
+    variants: list[int] | None = None
+    augment_tag: str = ""  # which augmenter's variants these are (its settings and seed)
+
+    def __post_init__(self) -> None:
+        if self.variants is None:
+            self.variants = [0] * len(self.utterances)
 
     def __len__(self) -> int:
         return len(self.utterances)
 
     def select(self, idx) -> "AudioBatch":
         idx = list(idx)
-        return AudioBatch([self.utterances[i] for i in idx], [self.waveforms[i] for i in idx], self.sample_rate)
+        waves = self.waveforms
+        return AudioBatch([self.utterances[i] for i in idx], LazyWaveforms(lambda k: waves[idx[k]], len(idx)),
+                          self.sample_rate, [self.variants[i] for i in idx], self.augment_tag)
+
+    @property
+    def cache_keys(self) -> list[tuple[str, str]]:
+        """`(audio path, variant tag)` per utterance: what a frozen encoder's states depend on; the
+        clean audio is `clean` whoever augments, variant v of an augmenter `<its tag>/v`."""
+        return [(str(u.audio), f"{self.augment_tag}/{v}" if v else "clean")
+                for u, v in zip(self.utterances, self.variants)]
 
     @property
     def items(self) -> list[Utterance]:
@@ -47,8 +97,21 @@ class AudioBatch:
 
 
 def load_batch(utterances: list[Utterance], sample_rate: int = 16000) -> AudioBatch:
-    """Read the audio of `utterances` (mono, resampled to `sample_rate`)."""
+    """Read the audio of `utterances` (mono, resampled to `sample_rate`) now."""
     return AudioBatch(list(utterances), [load_audio(u.audio, sample_rate) for u in utterances], sample_rate)
+
+
+def lazy_batch(utterances: list[Utterance], sample_rate: int = 16000, augmenter: Augmenter | None = None,
+               epoch: int = 0) -> AudioBatch:
+    """A batch whose audio is read (and augmented) when first used; variants drawn by `augmenter`."""
+    utts = list(utterances)
+    variants = [augmenter.pick(u, epoch) for u in utts] if augmenter else [0] * len(utts)
+
+    def make(i: int) -> np.ndarray:
+        wav = load_audio(utts[i].audio, sample_rate)
+        return augmenter.apply(wav, utts[i], variants[i], sample_rate) if augmenter and variants[i] else wav
+
+    return AudioBatch(utts, LazyWaveforms(make, len(utts)), sample_rate, variants, augmenter.tag if augmenter else "")
 
 
 @dataclass
@@ -121,20 +184,26 @@ class UtteranceSampler:
 
 
 class BatchLoader:
-    """Seeded batches from a list of utterances (an `AudioBatch` each) or of other items (given to
-    `make_batch`, e.g. text prompts); `state_dict` makes it resumable."""
+    """Seeded batches from a list of utterances (a lazily loaded `AudioBatch` each, with
+    augmentation variants from `augmenter`) or of other items (given to `make_batch`, e.g. text
+    prompts); `state_dict` makes it resumable."""
 
     def __init__(self, utterances: list, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 sample_rate: int = 16000, bucket_batches: int = 0, make_batch=None):
+                 sample_rate: int = 16000, bucket_batches: int = 0, make_batch=None,
+                 augmenter: Augmenter | None = None):
         self.utterances = utterances
         self.sample_rate = sample_rate
-        self.make_batch = make_batch or (lambda items: load_batch(items, self.sample_rate))
+        self.make_batch = make_batch
+        self.augmenter = augmenter
         lengths = [u.duration or 0.0 for u in utterances] if bucket_batches > 0 else None
         self.sampler = UtteranceSampler(len(utterances), batch_size, seed=seed, shuffle=shuffle, lengths=lengths,
                                         bucket_batches=bucket_batches)
 
     def next_batch(self):
-        return self.make_batch([self.utterances[i] for i in self.sampler.next_indices()])
+        items = [self.utterances[i] for i in self.sampler.next_indices()]
+        if self.make_batch is not None:
+            return self.make_batch(items)
+        return lazy_batch(items, self.sample_rate, self.augmenter, self.epoch)
 
     @property
     def epoch(self) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from asr_rl.data.audio import AudioError, load_audio
+from asr_rl.data.batching import AudioBatch
 from asr_rl.data.manifest import Utterance, scan_manifest
 from asr_rl.evaluation.metrics import SetMetrics, UtteranceResult, score_set
 from asr_rl.utils import atomic_write_text, write_jsonl
@@ -51,8 +52,13 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
     bar = tqdm(total=len(loaded), desc="decode", disable=not progress, leave=False)
     for start in range(0, len(loaded), batch_size):
         chunk = loaded[start:start + batch_size]
-        prompts = policy.prepare([w for _, _, w in chunk], [u.language for _, u, _ in chunk])
-        out = policy.generate(prompts, n=1, do_sample=False, num_beams=num_beams, max_new_tokens=max_new_tokens)
+        # through encode_batch: a frozen encoder's states for a dev set come from the cache after
+        # the first evaluation of a run
+        rows = policy.encode_batch(AudioBatch([u for _, u, _ in chunk], [w for _, _, w in chunk], policy.sample_rate))
+        with torch.no_grad():
+            embeds, mask = policy.embed_rows(rows)
+            out = policy.generate_from_embeds(embeds, mask, n=1, do_sample=False, num_beams=num_beams,
+                                              max_new_tokens=max_new_tokens)
         for (i, u, wav), text in zip(chunk, out.texts):
             lang, transcript, _ = policy.parse(text, u.language)
             results[i] = UtteranceResult(u.id, u.text, transcript, u.language, u.keywords,

@@ -12,25 +12,39 @@ breaks the model's placeholder check and a forbidden token's -inf would poison t
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from asr_rl.models.audio_llm import AudioLLMSpec, AudioPrompts, spec_for
 from asr_rl.models.codec import ResponseCodec
-from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses, read_model_config
+from asr_rl.models.encoder_cache import EncoderCache, encoder_fingerprint
+from asr_rl.models.families import AudioLLMSpec, AudioPrompts, spec_for
+from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses, load_strict, read_model_config
+
 
 class AudioPolicy(CausalPolicy):
+    """Attributes:
+        encoder_cache: prompt rows (ids + frozen-encoder states) by `(audio path, augmentation
+            variant, forced language)`, filled by `encode_batch` while the encoder is frozen, so a
+            frozen encoder runs once per utterance and variant for the whole run (SFT epochs, RL
+            samples, log-prob passes and dev evaluations alike).
+    """
+
     def __init__(self, model: nn.Module, processor, force_language: bool = False, sample_rate: int = 16000):
         spec = spec_for(model.config.model_type)
         tokenizer = processor.tokenizer
         super().__init__(model, tokenizer, ResponseCodec(tokenizer, spec, force_language),
-                         _forbidden_token_ids(tokenizer, processor))
+                         _forbidden_token_ids(tokenizer, spec))
         self.processor = processor
         self.spec: AudioLLMSpec = spec
         self.sample_rate = sample_rate
+        self.audio_token_id = spec.audio_token_id(model.config)
+        self.encoder_cache = EncoderCache()
+        self.encoder_seconds = 0.0  # spent filling the cache (audio loading and augmentation included)
+        self.info: dict = {}  # asr_rl.json of the folder it came from (models/builders.py)
 
     @property
     def force_language(self) -> bool:
@@ -47,7 +61,13 @@ class AudioPolicy(CausalPolicy):
         return self.spec.frozen_by_default()
 
     def save_extra(self, path: str | Path) -> None:
+        import json
+
+        from asr_rl.models.builders import INFO_FILE
+
         self.processor.save_pretrained(path)
+        if self.info:  # how the starting folder was built travels with every checkpoint
+            (Path(path) / INFO_FILE).write_text(json.dumps(self.info, indent=1) + "\n")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -56,10 +76,22 @@ class AudioPolicy(CausalPolicy):
         from transformers import AutoProcessor
 
         config = read_model_config(path)
-        spec_for(config.model_type)  # clear error for a folder that is not an audio-LLM
-        model = _model_class(config).from_pretrained(path, dtype=dtype).to(device)
-        processor = AutoProcessor.from_pretrained(path)
-        return cls(model, processor, **kwargs)
+        spec = spec_for(config.model_type)  # clear error for a folder that is not an audio-LLM
+        model = load_strict(spec.model_class(), path, dtype).to(device)
+        from asr_rl.models.builders import read_info
+
+        policy = cls(model, AutoProcessor.from_pretrained(path), **kwargs)
+        policy.info = read_info(path)
+        return policy
+
+    def use_encoder_cache(self, path: str | Path) -> None:
+        """Start from the states saved in `path` by a run with this same encoder and prompt format."""
+        tower = self.spec.audio_tower(self.model)
+        self.encoder_cache = EncoderCache.load(path, encoder_fingerprint(tower, self.processor))
+
+    def save_encoder_cache(self, path: str | Path) -> None:
+        self.encoder_cache.fingerprint = encoder_fingerprint(self.spec.audio_tower(self.model), self.processor)
+        self.encoder_cache.save(path)
 
     @property
     def encoder_frozen(self) -> bool:
@@ -69,12 +101,21 @@ class AudioPolicy(CausalPolicy):
     def prepare(self, waveforms: list[np.ndarray], languages: list[str | None]) -> AudioPrompts:
         """Processor features and prompt ids for B waveforms (float32 mono at `sample_rate`)."""
         prompts = self.spec.prepare(self.processor, waveforms, languages, self.force_language, self.sample_rate)
-        return prompts.to(self.device)
+        return prompts.to(self.device, self.model.dtype)
 
     def encode_audio(self, prompts: AudioPrompts) -> torch.Tensor:
-        """Packed audio-encoder states `(sum_i L_i, d_audio)`; no grad when the encoder is frozen."""
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+        """Packed audio-encoder states `(sum_i L_i, d_audio)`. A frozen encoder runs without grad
+        and in eval mode (no dropout), so its states are a pure function of the audio."""
+        if not self.encoder_frozen:
             return self.spec.encode_audio(self.model, prompts)
+        tower = self.spec.audio_tower(self.model)
+        was_training = tower.training
+        tower.eval()
+        try:
+            with torch.no_grad():
+                return self.spec.encode_audio(self.model, prompts)
+        finally:
+            tower.train(was_training)
 
     def prompt_embeds(self, prompts: AudioPrompts, audio_states: torch.Tensor) -> torch.Tensor:
         """`(B, P, H)` prompt embeddings with the projected audio at the placeholder positions.
@@ -84,7 +125,7 @@ class AudioPolicy(CausalPolicy):
     def _splice(self, input_ids: torch.Tensor, audio_states: torch.Tensor) -> torch.Tensor:
         embeds = self.model.get_input_embeddings()(input_ids)
         audio = self.spec.projector(self.model)(audio_states).to(embeds.dtype)
-        placeholder = (input_ids == self.model.config.audio_token_id).unsqueeze(-1)
+        placeholder = (input_ids == self.audio_token_id).unsqueeze(-1)
         if int(placeholder.sum()) != audio.shape[0]:
             raise ValueError(f"prompt has {int(placeholder.sum())} audio placeholders but the encoder "
                              f"produced {audio.shape[0]} frames")
@@ -95,13 +136,24 @@ class AudioPolicy(CausalPolicy):
         """Run processor and (frozen) encoder once; keep each prompt's ids and audio states."""
         prompts = self.prepare(waveforms, languages)
         states = self.encode_audio(prompts)
-        counts = (prompts.input_ids == self.model.config.audio_token_id).sum(-1).tolist()
+        counts = (prompts.input_ids == self.audio_token_id).sum(-1).tolist()
         per_row = torch.split(states, counts, dim=0)
         return [PromptRow(ids[m.bool()], a) for ids, m, a in zip(prompts.input_ids, prompts.attention_mask, per_row)]
 
     def encode_batch(self, batch) -> list[PromptRow]:
-        """Prompt rows for an `AudioBatch` (the loop's backend-independent entry point)."""
-        return self.encode_prompts(batch.waveforms, batch.languages)
+        """Prompt rows for an `AudioBatch` (the loop's backend-independent entry point). While the
+        encoder is frozen, rows come from `encoder_cache` and only missing ones are encoded (their
+        waveforms are loaded and augmented only then)."""
+        if not self.encoder_frozen:
+            return self.encode_prompts(list(batch.waveforms), batch.languages)
+        keys = [(*k, self.force_language) for k in batch.cache_keys]
+        missing = [i for i, k in enumerate(keys) if k not in self.encoder_cache]
+        if missing:
+            start = time.perf_counter()
+            rows = self.encode_prompts([batch.waveforms[i] for i in missing], [batch.languages[i] for i in missing])
+            self.encoder_cache.update({keys[i]: row for i, row in zip(missing, rows)})
+            self.encoder_seconds += time.perf_counter() - start
+        return [self.encoder_cache[k] for k in keys]
 
     def embed_rows(self, rows: list[PromptRow]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded `(B, P, H)` prompt embeddings and `(B, P)` mask for prompt rows; the projector
@@ -125,19 +177,12 @@ class AudioPolicy(CausalPolicy):
         return self.generate_from_embeds(embeds, prompts.attention_mask, n, **kwargs)
 
 
-def _forbidden_token_ids(tokenizer, processor) -> set[int]:
-    """PAD, `<|im_start|>`, `<|endoftext|>` and the audio tokens: never sampled, never scored."""
-    ids = {tokenizer.pad_token_id, *getattr(processor, "audio_token_ids", [])}
-    for name in ("<|im_start|>", "<|endoftext|>"):
+def _forbidden_token_ids(tokenizer, spec: AudioLLMSpec) -> set[int]:
+    """PAD, `<|im_start|>`, `<|endoftext|>` and the family's audio tokens: never sampled, never scored."""
+    ids = {tokenizer.pad_token_id}
+    for name in ("<|im_start|>", "<|endoftext|>", *spec.tokenizer_spec().extra_special.values()):
         tid = tokenizer.convert_tokens_to_ids(name)
         if isinstance(tid, int) and tid != tokenizer.unk_token_id:
             ids.add(tid)
     return ids
 
-
-def _model_class(config):
-    from transformers import AutoModelForImageTextToText, Qwen3ASRForConditionalGeneration
-
-    if config.model_type == "qwen3_asr":
-        return Qwen3ASRForConditionalGeneration
-    return AutoModelForImageTextToText

@@ -24,7 +24,7 @@ class ResponseCodec:
     def from_pretrained(cls, path: str | Path, force_language: bool = False) -> "ResponseCodec":
         from transformers import AutoConfig, AutoProcessor, AutoTokenizer
 
-        from asr_rl.models.audio_llm import SPECS
+        from asr_rl.models.families import SPECS
 
         model_type = AutoConfig.from_pretrained(path).model_type
         if model_type in SPECS:

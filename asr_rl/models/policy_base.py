@@ -61,6 +61,19 @@ def read_model_config(path: str | Path):
     return AutoConfig.from_pretrained(path)
 
 
+def load_strict(model_cls, path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """`model_cls.from_pretrained(path)`, refusing weights that leave parameters missing (randomly
+    initialised) or keys unused: a folder in another layout must not train or score as random weights."""
+    model, info = model_cls.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    problems = {kind: sorted(map(str, info.get(kind) or [])) for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    problems = {k: v for k, v in problems.items() if v}
+    if problems:
+        detail = "; ".join(f"{len(v)} {k.replace('_', ' ')} (e.g. {', '.join(v[:3])})" for k, v in problems.items())
+        raise ValueError(f"{path}: the weights do not fit {model_cls.__name__}: {detail}. Loading would leave "
+                         "parameters randomly initialised; convert the checkpoint to this layout first")
+    return model
+
+
 class CausalPolicy(nn.Module):
     """Subclasses set `model`, `tokenizer`, `codec`, `forbidden_ids` and implement `body`,
     `encode_batch`, `embed_rows`, `default_frozen` and `save_extra`."""

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from asr_rl.models.codec import ResponseCodec
-from asr_rl.models.policy_base import CausalPolicy, PromptRow, read_model_config
+from asr_rl.models.policy_base import CausalPolicy, PromptRow, load_strict, read_model_config
 
 
 class TextPolicy(CausalPolicy):
@@ -33,7 +33,7 @@ class TextPolicy(CausalPolicy):
         config = read_model_config(path)
         if not any(a.endswith("ForCausalLM") for a in (config.architectures or [])):
             raise ValueError(f"{path} holds a {config.architectures} model, not a causal LM")
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        model = load_strict(AutoModelForCausalLM, path, dtype).to(device)
         return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
 
     def body(self) -> nn.Module:

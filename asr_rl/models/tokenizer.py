@@ -1,11 +1,11 @@
-"""An offline character-level tokenizer in Qwen3-ASR's format, trained from manifest texts.
+"""An offline character-level tokenizer in a model family's format, trained from manifest texts.
 
 No model hub is reachable here, so a tiny model needs a tokenizer built from its own data. Each
 character of the training texts (plus ASCII letters, digits and punctuation, so prompts always
-tokenise) is one token; the Qwen3-ASR special tokens are added as special tokens, and each
-`language <Name>` prefix the model prints is one added token, so that the language tag costs one
-step, not sixteen. The result is a `PreTrainedTokenizerFast` (saved with the `tokenizers` backend),
-which `AutoProcessor.from_pretrained` loads with no asr-rl code.
+tokenise) is one token; the family's special tokens (`TokenizerSpec`, given by its
+`AudioLLMSpec`) are added as special tokens, and the tags the model prints (`language English`,
+`<|en|>`) as one added token each, so that a tag costs one step, not sixteen. The result is a
+`PreTrainedTokenizerFast` (saved with the `tokenizers` backend), which `AutoProcessor.from_pretrained` loads with no asr-rl code.
 
 A WordLevel tokenizer would be silently replaced by Qwen2's byte-level pre-tokenizer when loaded as a
 qwen2/qwen3 tokenizer (ENVIRONMENT.md), hence a merge-free BPE over characters.
@@ -15,33 +15,39 @@ from __future__ import annotations
 import json
 import string
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from asr_rl.data.languages import LANGUAGE_NAMES
 
 PAD, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
-AUDIO_START, AUDIO_END, AUDIO_PAD, ASR_TEXT = "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>", "<asr_text>"
-SPECIAL_TOKENS = [PAD, IM_START, IM_END, AUDIO_START, AUDIO_END, AUDIO_PAD]
-
-# The Qwen3-ASR conversation format: the audio sits in the user turn, the assistant turn holds
-# `language <Name><asr_text><transcript>` (the prefill may force the language).
-CHAT_TEMPLATE = (
+# ChatML, as Qwen's text models render a conversation (the text RLHF path's default).
+CHATML_TEMPLATE = (
     "{%- for m in messages -%}"
-    "{{- '<|im_start|>' + m['role'] + '\\n' -}}"
-    "{%- if m['content'] is string -%}{{- m['content'] -}}"
-    "{%- else -%}{%- for c in m['content'] -%}"
-    "{%- if c['type'] == 'audio' -%}{{- '<|audio_start|><|audio_pad|><|audio_end|>' -}}"
-    "{%- elif c['type'] == 'text' -%}{{- c['text'] -}}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}"
-    "{%- if not (loop.last and continue_final_message) -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 
 
-def language_prefix(name: str | None) -> str:
-    """The assistant-turn prefix Qwen3-ASR writes before the transcript."""
-    return f"language {name}"
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """The special tokens and chat template a model family's tokenizer needs.
+
+    Attributes:
+        special: special tokens (never split, skipped when decoding plain text), in id order.
+        added: ordinary added tokens, each one id (e.g. `language English`, `<|en|>`), so that a
+            character-level model pays one step for a tag, not sixteen.
+        extra_special: named special tokens the processor looks up (`audio_token`, ...).
+        chat_template: the family's Jinja chat template (None for plain text LMs).
+        pad: padding token; eos: end-of-turn token.
+    """
+
+    special: tuple[str, ...] = (PAD, IM_START, IM_END)
+    added: tuple[str, ...] = ()
+    extra_special: dict = field(default_factory=dict)
+    chat_template: str | None = CHATML_TEMPLATE
+    pad: str = PAD
+    eos: str = IM_END
 
 
 TEXT_FIELDS = ("text", "prompt", "label", "chosen", "rejected")
@@ -66,30 +72,27 @@ def read_texts(manifests: Iterable[str | Path]) -> list[str]:
     return texts
 
 
-def build_char_tokenizer(texts: Iterable[str], audio: bool = True):
-    """A Qwen3-ASR-compatible `PreTrainedTokenizerFast` whose vocabulary is the characters of `texts`
-    (plus printable ASCII), the special tokens and (for audio models) `<asr_text>` and one token per
-    `language <Name>` prefix."""
+def build_char_tokenizer(texts: Iterable[str], spec: TokenizerSpec | None = None):
+    """A `PreTrainedTokenizerFast` whose vocabulary is the characters of `texts` (plus printable
+    ASCII), then `spec`'s special and added tokens (default: a plain chat LM's)."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
+    spec = spec or TokenizerSpec()
     chars = set(string.ascii_letters + string.digits + string.punctuation + " \n")
     for t in texts:
         chars.update(t)
-    added = [ASR_TEXT] + [language_prefix(n) for n in [*LANGUAGE_NAMES.values(), "None"]] if audio else []
-    vocab_list = SPECIAL_TOKENS + added + sorted(chars)
+    vocab_list = list(spec.special) + list(spec.added) + sorted(chars)
     vocab = {tok: i for i, tok in enumerate(vocab_list)}
     # No merges: every character is its own token. Characters outside the vocabulary are dropped
     # by the tokenizer, which only matters for training targets, and those built the vocabulary.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
     backend.decoder = decoders.Fuse()
-    backend.add_special_tokens(SPECIAL_TOKENS)
-    if added:
-        backend.add_tokens(added)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, eos_token=IM_END, pad_token=PAD, bos_token=None,
-        extra_special_tokens={"audio_token": AUDIO_PAD, "audio_bos_token": AUDIO_START,
-                              "audio_eos_token": AUDIO_END},
-    )
-    tok.chat_template = CHAT_TEMPLATE
+    backend.add_special_tokens(list(spec.special))
+    if spec.added:
+        backend.add_tokens(list(spec.added))
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=spec.eos, pad_token=spec.pad, bos_token=None,
+                                  extra_special_tokens=dict(spec.extra_special))
+    if spec.chat_template:
+        tok.chat_template = spec.chat_template
     return tok

@@ -39,11 +39,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 TOKEN_ENV = "ASR_RL_REWARD_TOKEN"
-ASR_TEXT = "<asr_text>"
+_ASSISTANT_TURN = "<|im_start|>assistant\n"
 # Decoded OpenRLHF queries may keep the chat template's end tokens (`<|im_end|>`, `<|endoftext|>`);
 # they are not part of the transcript and would count as insertions in CER.
 _TRAILING_SPECIAL = re.compile(r"(?:\s*<\|[^|<>\s]*\|>)+\s*$")
-_LANGUAGE_TAG = re.compile(r"language\s+([^\s<>]+)\s*$", re.IGNORECASE)
 _LIST_FIELDS = ("query", "prompts", "labels", "language", "keywords", "samples")
 
 
@@ -116,23 +115,24 @@ def sample_from_dict(d, i: int) -> Sample:
 def sample_from_query(query: str, prompt: str, label: str, language=None, keywords=None) -> Sample:
     """One OpenRLHF triple -> a Sample.
 
-    hypothesis: the text after the last `<asr_text>` if the query has one (Qwen3-ASR's
-    `language English<asr_text>...`), else the query minus the prompt when it starts with it, else the
-    whole query; trailing `<|...|>` end tokens are dropped. predicted_language: the name in the
-    `language <Name>` tag before the marker. well_formed stays True: without our extension the server
-    cannot tell a text task (no marker expected) from a malformed ASR answer.
+    hypothesis: the response (the query minus the prompt when it starts with it, or minus everything
+    up to the last `<|im_start|>assistant` turn), trailing `<|...|>` end tokens dropped, read in the
+    output format of the first model family that recognises it (Qwen3-ASR's
+    `language English<asr_text>...`, Qwen2-Audio's `<|en|>...`), which also gives the predicted
+    language; else the response as it is. well_formed stays True: without our extension the server
+    cannot tell a text task (no format expected) from a malformed ASR answer.
     """
-    predicted = None
-    if ASR_TEXT in query:
-        head, hypothesis = query.rsplit(ASR_TEXT, 1)
-        tag = _LANGUAGE_TAG.search(head)
-        predicted = tag.group(1) if tag and tag.group(1).lower() != "none" else None
-    elif prompt and query.startswith(prompt):
-        hypothesis = query[len(prompt):]
-    else:
-        hypothesis = query
-    hypothesis = _TRAILING_SPECIAL.sub("", hypothesis).strip()
-    return Sample(hypothesis=hypothesis, reference=label, language=language, keywords=tuple(keywords or ()),
+    from asr_rl.models.families import FAMILIES
+
+    response = query[len(prompt):] if prompt and query.startswith(prompt) else query
+    response = _TRAILING_SPECIAL.sub("", response.rsplit(_ASSISTANT_TURN, 1)[-1])
+    predicted, hypothesis = None, response
+    for spec in FAMILIES.values():
+        tag, transcript, ok = spec.parse_output(response)
+        if ok:
+            predicted, hypothesis = tag, transcript
+            break
+    return Sample(hypothesis=hypothesis.strip(), reference=label, language=language, keywords=tuple(keywords or ()),
                   prompt=prompt, response=query, predicted_language=predicted)
 
 

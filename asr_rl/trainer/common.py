@@ -47,9 +47,13 @@ def make_logger(cfg: RunConfig, ctx: RunContext, resume_step: int | None) -> Met
                          resume_step=resume_step)
 
 
-def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_rate: int = 16000):
-    """The audio policy from `path` with the config's freezing and (optional) LoRA applied."""
+def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_rate: int = 16000,
+                freeze_encoder: bool | None = None):
+    """The audio policy from `path` with the config's freezing and (optional) LoRA applied. The
+    encoder is frozen when `freeze_encoder` (or else `model_cfg.freeze_encoder`) says so, and by
+    default when the checkpoint's encoder is pretrained."""
     from asr_rl.models.audio_policy import AudioPolicy
+    from asr_rl.models.builders import encoder_is_pretrained
 
     if not path:
         raise ValueError("`pretrain` is not set: give the starting model folder, e.g. pretrain=exp/sft/final")
@@ -57,11 +61,14 @@ def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_
     policy = AudioPolicy.from_pretrained(path, device=device, dtype=dtype, force_language=model_cfg.force_language,
                                          sample_rate=sample_rate)
     patterns = tuple(model_cfg.freeze_patterns)
-    if model_cfg.freeze_encoder:
+    freeze = next(f for f in (freeze_encoder, model_cfg.freeze_encoder, encoder_is_pretrained(path)) if f is not None)
+    if freeze:
         patterns += policy.spec.frozen_by_default()
     if patterns:
         frozen = policy.freeze(patterns)
         log.info("froze %d parameter tensors (%s)", len(frozen), ", ".join(patterns))
+    if policy.encoder_frozen and model_cfg.encoder_cache:
+        policy.use_encoder_cache(model_cfg.encoder_cache)
     if model_cfg.lora_rank > 0:
         from asr_rl.models.lora import add_lora
 
@@ -78,7 +85,7 @@ def load_rl_policy(cfg, path: str | Path | None, device: str, text: bool):
         from asr_rl.models.text_policy import load_text_policy
 
         return load_text_policy(path, cfg.model, device, cfg.data)
-    return load_policy(path, cfg.model, device, cfg.data.sample_rate)
+    return load_policy(path, cfg.model, device, cfg.data.sample_rate, freeze_encoder=True)  # RL: always frozen
 
 
 def build_critic(cfg, device: str, text: bool, policy=None):

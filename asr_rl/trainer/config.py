@@ -17,21 +17,28 @@ class ModelConfig:
     Attributes:
         force_language: prefill `language <Name><asr_text>` from the manifest, so the model writes only
             the transcript; otherwise it writes its own language tag (needed for language accuracy).
-        freeze_encoder: freeze the audio encoder (the family's default patterns).
+        freeze_encoder: freeze the audio encoder (the family's default patterns); null = the
+            checkpoint decides: frozen unless `model init` initialised the encoder randomly
+            (`asr_rl.json`). RL always keeps it frozen.
         freeze_patterns: extra fnmatch patterns of parameter names to freeze.
         lora_rank: >0 adds LoRA adapters (peft) to the LLM's attention/MLP projections.
         lora_alpha: LoRA scaling numerator.
         lora_target_modules: module-name suffixes that get adapters.
         dtype: `float32` or `bfloat16` weights.
+        encoder_cache: a file of frozen-encoder states shared by runs: read at the start when it was
+            written by the same encoder and prompt format (else ignored), written at the end of SFT,
+            so that GRPO from that SFT does not run the encoder again for what SFT already encoded.
+            In memory the states of a run are always cached while the encoder is frozen.
     """
 
     force_language: bool = False
-    freeze_encoder: bool = True
+    freeze_encoder: bool | None = None
     freeze_patterns: tuple[str, ...] = ()
     lora_rank: int = 0
     lora_alpha: int = 16
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     dtype: str = "float32"
+    encoder_cache: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,8 @@ class SFTConfig(RunConfig):
         lr_warmup_ratio: share of `max_steps` spent warming up linearly.
         min_lr_ratio: the cosine decays to `learning_rate * min_lr_ratio`.
         max_norm: gradient clipping norm.
-        ctc_weight: weight of the auxiliary CTC loss on the encoder output (0 disables it).
+        ctc_weight: weight of the auxiliary CTC loss on the encoder output; null = 0.5 when the
+            encoder trains and off when it is frozen (CTC only trains the encoder).
         ctc_labels_per_frame: CTC slots each encoder frame predicts (the encoder is slower than speech).
         token_dropout: share of teacher-forced input tokens replaced by random ones (labels kept),
             which pushes a small decoder to listen instead of guessing from the text so far.
@@ -78,10 +86,10 @@ class SFTConfig(RunConfig):
     lr_warmup_ratio: float = 0.05
     min_lr_ratio: float = 0.05
     max_norm: float = 1.0
-    ctc_weight: float = 0.5
+    ctc_weight: float | None = None
     ctc_labels_per_frame: int = 3
     token_dropout: float = 0.0
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(freeze_encoder=False))
+    model: ModelConfig = field(default_factory=ModelConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -106,11 +114,6 @@ class RolloutConfig:
         dynamic_filtering: drop groups whose rewards all tie (zero advantage for every sample) and
             refill the batch (DAPO, arXiv:2503.14476); null = on for group estimators, off otherwise.
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
-        noise_prob: add noise (SNR uniform in [noise_snr_min, noise_snr_max] dB) to this share of the
-            rollout audio, as SFT did, so RL on clean training audio keeps the policy robust to noise.
-        noise_snr_min: lowest SNR of rollout noise (dB).
-        noise_snr_max: highest SNR of rollout noise (dB).
-        reverb_prob: reverberate this share of the rollout audio (before the noise).
     """
 
     rollout_batch_size: int = 8
@@ -122,10 +125,6 @@ class RolloutConfig:
     engine: Literal["hf", "vllm"] = "hf"
     dynamic_filtering: bool | None = None
     max_filter_rounds: int = 3
-    noise_prob: float = 0.0
-    noise_snr_min: float = 10.0
-    noise_snr_max: float = 30.0
-    reverb_prob: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -274,6 +273,8 @@ class RLConfig(RunConfig):
         reward_pretrain: a reward model folder (`*ForSequenceClassification`) scoring prompt and response
             (the text path); when set it is the reward.
         freeze_critic_steps: train only the critic for this many first steps (PPO warm-up).
+        augment: augmentation variants of the rollout audio (off by default); rollouts that hear
+            noisy/reverberant audio too, as SFT did, keep RL from drifting away from robustness.
     """
 
     max_steps: int = 50
@@ -289,6 +290,7 @@ class RLConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    augment: AugmentConfig = field(default_factory=lambda: AugmentConfig(spec_augment=False, noise_prob=0.0))
 
     def __post_init__(self) -> None:
         n, b = self.rollout.n_samples_per_prompt, self.rollout.rollout_batch_size
@@ -307,7 +309,7 @@ class RLConfig(RunConfig):
         if self.algo.sft_coef > 0 and self.prompt_data:
             raise ValueError("algo.sft_coef trains on reference transcripts, which audio manifests carry and "
                              f"text prompt sets (prompt_data={self.prompt_data}) do not; set algo.sft_coef=0")
-        if not self.model.freeze_encoder:
+        if self.model.freeze_encoder is False:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")
 

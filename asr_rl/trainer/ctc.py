@@ -15,8 +15,10 @@ from torch import nn
 
 
 class CTCHead(nn.Module):
-    def __init__(self, d_audio: int, vocab_size: int, blank_id: int, labels_per_frame: int = 3):
+    def __init__(self, d_audio: int, vocab_size: int, blank_id: int, labels_per_frame: int = 3,
+                 loss_weight: float = 1.0):
         super().__init__()
+        self.loss_weight = loss_weight  # of the CTC term in the SFT loss
         self.vocab_size = vocab_size
         self.blank_id = blank_id
         self.k = labels_per_frame

@@ -43,6 +43,7 @@ def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
 def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.batching import BatchLoader
     from asr_rl.data.manifest import read_manifest
+    from asr_rl.trainer.augment import VariantAugmenter
     from asr_rl.trainer.common import setup_run
 
     ctx = setup_run(cfg)
@@ -50,33 +51,10 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
     utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
     loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                         sample_rate=cfg.data.sample_rate, make_batch=noisy_batches(cfg))
+                         sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed))
     workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
     eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
     return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
-
-
-def noisy_batches(cfg: RLConfig):
-    """`make_batch` for the rollout loader: load audio, then add noise to `rollout.noise_prob` of it.
-    The noise is keyed by the run seed and the utterance ids, so a resumed run hears the same."""
-    import zlib
-
-    import numpy as np
-
-    from asr_rl.data.batching import load_batch
-    from asr_rl.trainer.augment import AugmentConfig, augment_waveforms
-
-    r = cfg.rollout
-    noise = AugmentConfig(noise_prob=r.noise_prob, noise_snr_min=r.noise_snr_min, noise_snr_max=r.noise_snr_max,
-                          reverb_prob=r.reverb_prob)
-    def make(items):
-        batch = load_batch(items, cfg.data.sample_rate)
-        if r.noise_prob > 0 or r.reverb_prob > 0:
-            key = zlib.crc32("|".join(u.id for u in items).encode())
-            batch.waveforms = augment_waveforms(batch.waveforms, noise, np.random.default_rng([cfg.seed, key]),
-                                        cfg.data.sample_rate)
-        return batch
-    return make
 
 
 def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Path:
@@ -117,10 +95,10 @@ def build_workers(cfg: RLConfig, ctx, algo: str):
         from asr_rl.trainer.distributed.ray_workers import RayWorkers
 
         return RayWorkers(cfg, ctx, algo)
-    from asr_rl.trainer.common import build_critic, load_policy
+    from asr_rl.trainer.common import build_critic, load_rl_policy
     from asr_rl.trainer.workers import LocalWorkers
 
-    policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
+    policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=False)
     critic = build_critic(cfg, ctx.device, False, policy) if cfg.algo.advantage_estimator == "gae" else None
     engine = None
     if cfg.rollout.engine == "vllm":

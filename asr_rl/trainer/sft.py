@@ -1,11 +1,15 @@
 """`asr-rl train sft`: supervised fine-tuning of the audio policy on a manifest.
 
-Loss: cross-entropy on the assistant turn's tokens only (language tag, transcript, EOS), plus
-`ctc_weight` x CTC on the audio encoder output (trainer/ctc.py), with noise and SpecAugment. One
-process here; the distributed backend plugs into the same `sft_loss`.
+Loss: cross-entropy on the assistant turn's tokens only (language tag, transcript, EOS). A
+pretrained encoder stays frozen (the default for such a checkpoint): its states are computed once
+per utterance and augmentation variant and reused every epoch (`AudioPolicy.encode_batch`), and
+only the projector and the LLM train. An encoder that trains (a from-scratch model) also gets
+`ctc_weight` x CTC on its output (trainer/ctc.py) and SpecAugment on its features. One process here;
+the distributed backend plugs into the same `sft_loss`.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -16,7 +20,7 @@ from tqdm import tqdm
 
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
-from asr_rl.trainer.augment import augment_waveforms, spec_augment
+from asr_rl.trainer.augment import VariantAugmenter, mask_states, spec_augment
 from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                       save_checkpoint, save_final, set_rng_state)
 from asr_rl.trainer.common import build_optimizer, build_scheduler, load_policy, make_logger, setup_run
@@ -28,27 +32,32 @@ log = logging.getLogger("asr_rl.sft")
 
 def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig,
              rng: np.random.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cross-entropy (+ CTC) of one micro-batch; augmentation only when `rng` is given."""
-    waveforms = batch.waveforms
-    if rng is not None:
-        waveforms = augment_waveforms(waveforms, cfg.augment, rng, cfg.data.sample_rate)
-    prompts = policy.prepare(waveforms, batch.languages)
-    if rng is not None:
-        prompts.input_features = spec_augment(prompts.input_features, prompts.input_features_mask, cfg.augment, rng)
-    states = policy.encode_audio(prompts)
-    embeds = policy.prompt_embeds(prompts, states)
+    """Cross-entropy (+ CTC) of one micro-batch; SpecAugment and token dropout only when `rng` is
+    given (waveform augmentation comes with the batch's variants)."""
+    if policy.encoder_frozen:  # cached encoder states; the projector runs with grad in embed_rows
+        rows = policy.encode_batch(batch)
+        if rng is not None:
+            masked = mask_states([r.audio for r in rows], cfg.augment, rng)
+            rows = [dataclasses.replace(r, audio=a) for r, a in zip(rows, masked)]
+        embeds, prompt_mask = policy.embed_rows(rows)
+    else:
+        prompts = policy.prepare(list(batch.waveforms), batch.languages)
+        if rng is not None:
+            prompts.features = spec_augment(prompts.features, prompts.feature_mask, cfg.augment, rng)
+        states = policy.encode_audio(prompts)
+        embeds, prompt_mask = policy.prompt_embeds(prompts, states), prompts.attention_mask
     targets = policy.target_ids(batch.texts, batch.languages)
     inputs = _drop_tokens(policy, targets, cfg.token_dropout, rng) if rng is not None else targets
-    logits = policy.response_logits(embeds, prompts.attention_mask, inputs)
+    logits = policy.response_logits(embeds, prompt_mask, inputs)
     mask = targets.mask.bool()
     ce = F.cross_entropy(logits[mask], targets.ids[mask])
     metrics = {"loss/ce": ce.item(), "tokens": int(mask.sum())}
     loss = ce
-    if ctc_head is not None and cfg.ctc_weight > 0:
-        lengths = (prompts.input_ids == policy.model.config.audio_token_id).sum(-1)
+    if ctc_head is not None:
+        lengths = (prompts.input_ids == policy.audio_token_id).sum(-1)
         labels = [policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in batch.texts]
         ctc = ctc_head(states, lengths, labels)
-        loss = loss + cfg.ctc_weight * ctc
+        loss = loss + ctc_head.loss_weight * ctc
         metrics["loss/ctc"] = ctc.item()
     metrics["loss/total"] = loss.item()
     return loss, metrics
@@ -75,12 +84,15 @@ def train_sft(cfg: SFTConfig):
     policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
     utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
                          max_duration=cfg.data.max_duration)
-    ctc_head = _make_ctc_head(policy, cfg).to(ctx.device) if cfg.ctc_weight > 0 else None
+    ctc_head = _make_ctc_head(policy, cfg, ctx.device)
     params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
     optimizer = build_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas)
     scheduler = build_scheduler(optimizer, cfg.max_steps, cfg.lr_warmup_ratio, cfg.min_lr_ratio)
+    # cached variants for a frozen encoder; an encoder that trains hears a fresh variant every epoch
+    augment = cfg.augment if policy.encoder_frozen else dataclasses.replace(cfg.augment, variants=0)
     loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                         sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches)
+                         sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
+                         augmenter=VariantAugmenter(augment, cfg.seed))
     step = 0
     if ctx.resume_from is not None:
         step = _restore(ctx.resume_from, policy, ctc_head, optimizer, scheduler, loader)
@@ -90,8 +102,8 @@ def train_sft(cfg: SFTConfig):
     while step < cfg.max_steps:
         policy.train()
         t0, metrics = time.perf_counter(), {}
-        for _ in range(accum):
-            rng = np.random.default_rng([cfg.seed, step, len(metrics)])
+        for micro in range(accum):
+            rng = np.random.default_rng([cfg.seed, step, micro])
             loss, m = sft_loss(policy, ctc_head, loader.next_batch(), cfg, rng)
             (loss / accum).backward()
             metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
@@ -100,6 +112,8 @@ def train_sft(cfg: SFTConfig):
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        if policy.encoder_frozen:  # what the cache holds, and what filling it has cost so far
+            metrics.update({"encoder/cached": len(policy.encoder_cache), "time/encoder_total": policy.encoder_seconds})
         metrics.update({"grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0], "epoch": loader.epoch,
                         "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60})
         out_of_time = cfg.max_minutes > 0 and metrics["time/elapsed_min"] >= cfg.max_minutes
@@ -117,6 +131,8 @@ def train_sft(cfg: SFTConfig):
             break
     bar.close()
     logger.close()
+    if policy.encoder_frozen and cfg.model.encoder_cache:
+        policy.save_encoder_cache(cfg.model.encoder_cache)
     return save_final(ctx.output_dir, policy.save_pretrained)
 
 
@@ -137,9 +153,17 @@ def evaluate_during_training(policy, manifest: str, eval_cfg) -> dict[str, float
     return out
 
 
-def _make_ctc_head(policy, cfg: SFTConfig) -> CTCHead:
-    d_audio = policy.model.config.audio_config.d_model
-    return CTCHead(d_audio, len(policy.tokenizer), blank_id=policy.pad_id, labels_per_frame=cfg.ctc_labels_per_frame)
+def _make_ctc_head(policy, cfg: SFTConfig, device) -> CTCHead | None:
+    """CTC trains the encoder: on by default (`ctc_weight` 0.5) only when the encoder trains."""
+    weight = cfg.ctc_weight if cfg.ctc_weight is not None else (0.0 if policy.encoder_frozen else 0.5)
+    if weight <= 0:
+        return None
+    if policy.encoder_frozen:
+        raise ValueError(f"ctc_weight={weight} trains the audio encoder, which is frozen here (a pretrained "
+                         "encoder is by default); set ctc_weight=0, or model.freeze_encoder=false to train it")
+    d_audio = policy.spec.encoder_width(policy.model.config)
+    return CTCHead(d_audio, len(policy.tokenizer), blank_id=policy.pad_id, labels_per_frame=cfg.ctc_labels_per_frame,
+                   loss_weight=weight).to(device)
 
 
 def _save(out, step, policy, ctc_head, optimizer, scheduler, loader, max_ckpt_num) -> None:

@@ -27,6 +27,7 @@ def test_sampling_n_per_utterance_encodes_each_utterance_once(policy, batch):
     tower = policy.spec.audio_tower(policy.model)
     hook = tower.register_forward_pre_hook(
         lambda mod, args, kwargs: encoded.append(kwargs["input_features"].shape[0]), with_kwargs=True)
+    assert not policy.encoder_frozen  # a random encoder trains: generate encodes the prompts it is given
     out = policy.generate(policy.prepare(batch.waveforms, batch.languages), n=4, temperature=1.0, max_new_tokens=6)
     hook.remove()
     assert encoded == [3]  # one call, covering the 3 utterances once
@@ -96,7 +97,7 @@ def test_folder_that_is_missing_or_not_an_audio_llm(tmp_path):
         AudioPolicy.from_pretrained(tmp_path / "nothing")
     Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=1)).save_pretrained(tmp_path / "text")
-    with pytest.raises(ValueError, match="'qwen2' is not a supported audio-LLM; supported: qwen3_asr"):
+    with pytest.raises(ValueError, match="'qwen2' is not a supported audio-LLM; supported: qwen2_audio, qwen3_asr"):
         AudioPolicy.from_pretrained(tmp_path / "text")
 
 

@@ -40,9 +40,7 @@ def test_init_save_reload_in_plain_transformers_gives_identical_logits(tiny_mode
     prompts = policy.prepare([wav], ["en"])
     assert torch.equal(prompts.input_ids, plain["ids"])
     with torch.no_grad():
-        ours = policy.model(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
-                            input_features=prompts.input_features,
-                            input_features_mask=prompts.input_features_mask).logits
+        ours = policy.model(**policy.spec.model_inputs(prompts)).logits
     assert torch.equal(ours, plain["logits"])
 
 
@@ -56,12 +54,14 @@ def test_tokenizer_covers_corpus_and_language_tag_is_one_token(tiny_model, tiny_
 
 
 def test_init_refuses_bad_arguments(tiny_corpus, tmp_path):
-    with pytest.raises(ValueError, match="unknown size 'huge'"):
+    with pytest.raises(ValueError, match="unknown size 'huge' for qwen3_asr; choose one of tiny, small"):
         init_model("qwen3_asr", "huge", [tiny_corpus / "train.jsonl"], tmp_path / "a")
-    with pytest.raises(ValueError, match="unknown arch"):
+    with pytest.raises(ValueError, match="unknown arch 'whisper'; supported: qwen3_asr, qwen2_audio, qwen2, qwen3"):
         init_model("whisper", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "b")
     with pytest.raises(FileNotFoundError, match="nope.jsonl does not exist"):
         init_model("qwen3_asr", "tiny", [tmp_path / "nope.jsonl"], tmp_path / "c")
+    with pytest.raises(ValueError, match="a pretrained encoder .--encoder. is for qwen2_audio"):
+        init_model("qwen3_asr", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "d", encoder="whisper-tiny.en")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(FileExistsError, match="not empty"):

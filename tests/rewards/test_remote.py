@@ -302,3 +302,14 @@ def test_serve_loads_the_spec_and_warns_on_an_open_bind(monkeypatch, caplog):
         assert httpx.post(url + "/get_reward", json={"query": ["a"]}).status_code == 401
         out = RemoteReward(url, token="from-env", **FAST)([Sample("call ana", "call anna")])
     assert out.rewards == pytest.approx([1 - 1 / 9])
+
+
+def test_openrlhf_queries_are_read_in_each_family_s_output_format():
+    from asr_rl.rewards.server import sample_from_query
+
+    qwen2_audio = sample_from_query("<|im_start|>assistant\n<|zh|>打开灯<|im_end|>", "", "打开灯", "zh")
+    assert (qwen2_audio.hypothesis, qwen2_audio.predicted_language) == ("打开灯", "zh")
+    qwen3_asr = sample_from_query("prompt language English<asr_text>call anna<|im_end|>", "prompt ", "call anna")
+    assert (qwen3_asr.hypothesis, qwen3_asr.predicted_language) == ("call anna", "English")
+    plain = sample_from_query("call <anna>", "", "call anna")
+    assert (plain.hypothesis, plain.predicted_language) == ("call <anna>", None)

@@ -99,3 +99,29 @@ def test_ppo_with_critic_trains_policy_and_critic(tiny_model, tiny_corpus, tmp_p
     states = [load_state(c)["workers"]["critic"]["weights"] for c in list_checkpoints(tmp_path / "ppo")]
     head = [s["value_head.weight"] for s in states]
     assert not torch.equal(head[0], head[-1])  # the critic kept learning between saved steps
+
+
+def test_grpo_on_a_pretrained_encoder_leaves_it_and_encodes_each_utterance_once(whisper_model, tiny_corpus,
+                                                                                tmp_path, monkeypatch):
+    """Qwen2-Audio on the frozen Whisper tower: 3 steps x 2 utterances x 4 samples, with old/reference
+    log-probs and the update all reusing the encoder's states: one tower pass per distinct utterance."""
+    from transformers import Qwen2AudioForConditionalGeneration
+
+    from asr_rl.data.batching import BatchLoader
+    from asr_rl.data.manifest import read_manifest
+    from tests.models.test_encoder_cache import count_mel_convolutions
+
+    seen = count_mel_convolutions(monkeypatch)
+    cfg = load_rl_config("grpo", None, _overrides(whisper_model, tiny_corpus, tmp_path / "run", "save_steps=0",
+                                                  "rollout.dynamic_filtering=false", "max_epochs=2"))
+    final = run_audio_rl(cfg)
+    replay = BatchLoader(read_manifest(cfg.train_manifest), 2, seed=cfg.seed)
+    drawn = {u.id for _ in range(3) for u in replay.next_batch().utterances}
+    assert sum(seen) == len(drawn) and len(seen) <= 3  # at most one tower call per step
+    before = dict(Qwen2AudioForConditionalGeneration.from_pretrained(whisper_model).named_parameters())
+    after = dict(Qwen2AudioForConditionalGeneration.from_pretrained(final).named_parameters())
+    tower = [n for n in before if n.startswith("model.audio_tower.")]
+    assert tower and all(torch.equal(before[n], after[n]) for n in tower)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert "model.multi_modal_projector.linear.weight" in changed and any("language_model.layers" in n for n in changed)
+    assert read_metrics(tmp_path / "run")[-1]["kl/loss"] >= 0  # the reference scored the same cached states

@@ -40,7 +40,36 @@ def test_sft_step_changes_trainable_and_leaves_frozen_parameters(tiny_model, tin
     changed = [n for n in others if not torch.equal(before[n], after[n])]
     assert any("multi_modal_projector" in n for n in changed) and any("language_model.layers" in n for n in changed)
     (row,) = read_metrics(tmp_path / "run")
-    assert row["step"] == 1 and row["loss/ce"] > 0 and row["loss/ctc"] > 0 and "eval/cer" in row
+    assert row["step"] == 1 and row["loss/ce"] > 0 and "eval/cer" in row
+    assert "loss/ctc" not in row  # CTC only trains an encoder: off when it is frozen
+
+
+def test_ctc_on_a_frozen_encoder_is_refused(tiny_model, tiny_corpus, tmp_path):
+    with pytest.raises(ValueError, match="ctc_weight=0.5 trains the audio encoder, which is frozen"):
+        train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "model.freeze_encoder=true", "ctc_weight=0.5"))
+
+
+def test_sft_on_a_pretrained_encoder_freezes_it_and_encodes_each_variant_once(whisper_model, tiny_corpus, tmp_path,
+                                                                              monkeypatch):
+    """Eight steps over 8 utterances (four epochs) with 2 augmented variants: the frozen Whisper tower
+    runs once per distinct (utterance, variant) drawn; its weights do not move, the projector's do."""
+    from transformers import Qwen2AudioForConditionalGeneration
+
+    from tests.models.test_encoder_cache import count_mel_convolutions
+
+    seen = count_mel_convolutions(monkeypatch)
+    final = train_sft(_cfg(whisper_model, tiny_corpus, tmp_path / "run", "max_steps=8", "save_steps=0",
+                           "augment.noise_prob=1", "augment.variants=2", "logging.logging_steps=1"))
+    before = dict(Qwen2AudioForConditionalGeneration.from_pretrained(whisper_model).named_parameters())
+    after = dict(Qwen2AudioForConditionalGeneration.from_pretrained(final).named_parameters())
+    tower = [n for n in before if n.startswith("model.audio_tower.")]
+    assert tower and all(torch.equal(before[n], after[n]) for n in tower)
+    assert not torch.equal(before["model.multi_modal_projector.linear.weight"],
+                           after["model.multi_modal_projector.linear.weight"])
+    rows = read_metrics(tmp_path / "run")
+    distinct = rows[-1]["encoder/cached"]  # distinct (utterance, variant) pairs drawn in 32 draws
+    assert 8 < distinct <= 24 and sum(seen) == distinct
+    assert "loss/ctc" not in rows[-1]
 
 
 def test_sft_trains_the_encoder_by_default_and_loss_falls(tiny_model, tiny_corpus, tmp_path):

@@ -19,14 +19,9 @@ class VLLMEngineActor:
         from asr_rl.utils import quiet_transformers
 
         quiet_transformers()
-        if text:
-            from asr_rl.models.text_policy import load_text_policy
+        from asr_rl.trainer.common import load_rl_policy
 
-            policy = load_text_policy(cfg.pretrain, cfg.model, "cpu", cfg.data)
-        else:
-            from asr_rl.trainer.common import load_policy
-
-            policy = load_policy(cfg.pretrain, cfg.model, "cpu", cfg.data.sample_rate)
+        policy = load_rl_policy(cfg, cfg.pretrain, "cpu", text)
         from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
 
         self.cfg = cfg

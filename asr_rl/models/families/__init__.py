@@ -1,0 +1,30 @@
+"""Model families, one `AudioLLMSpec` each, looked up by `config.model_type` or `--arch` name.
+
+Adding a family: write `families/<name>.py` with a spec subclass and list it in `_FAMILIES`
+below; nothing else in the toolkit names a model type.
+"""
+from __future__ import annotations
+
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.models.families.qwen2_audio import Qwen2AudioSpec
+from asr_rl.models.families.qwen3_asr import Qwen3ASRSpec
+
+_FAMILIES: tuple[AudioLLMSpec, ...] = (Qwen3ASRSpec(), Qwen2AudioSpec())
+SPECS: dict[str, AudioLLMSpec] = {t: spec for spec in _FAMILIES for t in spec.model_types}
+FAMILIES: dict[str, AudioLLMSpec] = {spec.name: spec for spec in _FAMILIES}
+
+
+def spec_for(model_type: str) -> AudioLLMSpec:
+    """The spec serving `config.model_type`, or a ValueError listing the supported ones."""
+    try:
+        return SPECS[model_type]
+    except KeyError:
+        raise ValueError(f"model type {model_type!r} is not a supported audio-LLM; supported: "
+                         f"{', '.join(sorted(SPECS))}") from None
+
+
+def is_audio_llm(model_type: str) -> bool:
+    return model_type in SPECS
+
+
+__all__ = ["AudioLLMSpec", "AudioPrompts", "FAMILIES", "SPECS", "spec_for", "is_audio_llm"]

@@ -1,0 +1,132 @@
+"""The contract of a model family: everything that differs between Hugging Face audio-LLMs.
+
+An audio-LLM here is: audio features -> audio encoder (frozen from SFT on when pretrained) ->
+projector/adapter -> embeddings spliced into the LLM's input at audio placeholder tokens -> causal
+LLM. One `AudioLLMSpec` subclass per family names those pieces and owns its prompt format, its
+processor call, its output format and its builders; `AudioPolicy` (models/audio_policy.py) and the
+trainers do everything else generically and never branch on the model type. A new family is one
+file in this package with a registered spec, and its test.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from asr_rl.models.tokenizer import TokenizerSpec
+
+
+@dataclass
+class AudioPrompts:
+    """Model inputs for B utterances, in the family's own feature layout.
+
+    Attributes:
+        input_ids: `(B, P)` left-padded prompt token ids, audio placeholders expanded.
+        attention_mask: `(B, P)` 1 for real prompt tokens.
+        features: `(B, n_mels, F)` log-mel features (padded).
+        feature_mask: `(B, F)` 1 for real feature frames.
+        languages: the language code given for each utterance (None: unknown).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    features: torch.Tensor
+    feature_mask: torch.Tensor
+    languages: list[str | None]
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "AudioPrompts":
+        """On `device`, features cast to `dtype` (the model's, e.g. bf16) when given."""
+        return AudioPrompts(self.input_ids.to(device), self.attention_mask.to(device),
+                            self.features.to(device, dtype or self.features.dtype), self.feature_mask.to(device),
+                            self.languages)
+
+    def select(self, idx: list[int]) -> "AudioPrompts":
+        """The prompts of utterances `idx` (prompt padding is kept; it is masked)."""
+        index = torch.as_tensor(idx, dtype=torch.long)
+        return AudioPrompts(self.input_ids[index], self.attention_mask[index], self.features[index],
+                            self.feature_mask[index], [self.languages[i] for i in idx])
+
+
+class AudioLLMSpec:
+    """One model family. Subclasses set the class attributes and implement the methods.
+
+    Attributes:
+        name: the `--arch` name of `asr-rl model init`.
+        model_types: the `config.model_type` values this spec serves.
+        sizes: builder settings per size name (`tiny`, `small`).
+        default_encoder: the pretrained encoder `model init` starts from (None: random init).
+    """
+
+    name: str = ""
+    model_types: tuple[str, ...] = ()
+    sizes: dict[str, dict] = {}
+    default_encoder: str | None = None
+
+    # --- the Hugging Face classes and the pieces of the network --------------------------
+    def model_class(self) -> type:
+        raise NotImplementedError
+
+    def audio_tower(self, model: nn.Module) -> nn.Module:
+        raise NotImplementedError
+
+    def projector(self, model: nn.Module) -> nn.Module:
+        raise NotImplementedError
+
+    def language_model(self, model: nn.Module) -> nn.Module:
+        """The causal LM body (no head), called with `inputs_embeds`."""
+        raise NotImplementedError
+
+    def audio_token_id(self, config) -> int:
+        """The placeholder id the projected audio replaces."""
+        raise NotImplementedError
+
+    def encoder_width(self, config) -> int:
+        """Width of the audio-encoder states (what the projector and a CTC head read)."""
+        raise NotImplementedError
+
+    def frozen_by_default(self) -> tuple[str, ...]:
+        """Parameter-name patterns of the audio encoder (frozen in RL, and in SFT when pretrained)."""
+        raise NotImplementedError
+
+    # --- inputs and outputs ----------------------------------------------------------------
+    def tokenizer_spec(self) -> TokenizerSpec:
+        """Special tokens, tags and chat template of the family's tokenizer (for `model init`)."""
+        raise NotImplementedError
+
+    def prepare(self, processor, waveforms: list[np.ndarray], languages: list[str | None],
+                force_language: bool, sample_rate: int) -> AudioPrompts:
+        """Features and prompt ids for B waveforms, through the family's processor."""
+        raise NotImplementedError
+
+    def encode_audio(self, model: nn.Module, prompts: AudioPrompts) -> torch.Tensor:
+        """Audio-encoder output for all utterances, packed `(sum_i L_i, d_audio)` in batch order,
+        where L_i is the number of placeholders of prompt i."""
+        raise NotImplementedError
+
+    def model_inputs(self, prompts: AudioPrompts) -> dict:
+        """Keyword arguments of the model's own `forward` for `prompts` (plain-transformers parity)."""
+        raise NotImplementedError
+
+    def target_text(self, text: str, language: str | None, force_language: bool) -> str:
+        """The assistant turn the model should write for reference `text` (without the EOS)."""
+        raise NotImplementedError
+
+    def parse_output(self, text: str) -> tuple[str | None, str, bool]:
+        """Decoded response -> (predicted language name or code, or None; transcript; well_formed)."""
+        raise NotImplementedError
+
+    # --- builders ----------------------------------------------------------------------------
+    def build(self, size: str, tokenizer, encoder: str | None = None, seed: int = 0):
+        """`(model, processor)`: a new model of `size` for `tokenizer`, its audio encoder loaded
+        from `encoder` (a packaged name or a Hugging Face folder) or randomly initialised (None)."""
+        raise NotImplementedError
+
+    def check_size(self, size: str) -> dict:
+        if size not in self.sizes:
+            raise ValueError(f"unknown size {size!r} for {self.name}; choose one of {', '.join(self.sizes)}")
+        return self.sizes[size]

@@ -1,0 +1,134 @@
+"""Qwen3-ASR: transformers' `Qwen3ASRForConditionalGeneration` and `Qwen3ASRProcessor`.
+
+Prompt: `<|im_start|>user\\n<|audio_start|><|audio_pad|>*N<|audio_end|><|im_end|>\\n
+<|im_start|>assistant\\n` followed, when the language is forced, by `language <Name><asr_text>`.
+The model answers `[language <Name><asr_text>]<transcript><|im_end|>`. The builders make a randomly
+initialised model (the audio tower trains from scratch, with CTC; trainer/ctc.py).
+"""
+from __future__ import annotations
+
+from asr_rl.data.languages import LANGUAGE_NAMES, language_name
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
+
+AUDIO_START, AUDIO_END, AUDIO_PAD, ASR_TEXT = "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>", "<asr_text>"
+
+# The Qwen3-ASR conversation format: the audio sits in the user turn, the assistant turn holds
+# `language <Name><asr_text><transcript>` (the prefill may force the language).
+CHAT_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{{- '<|im_start|>' + m['role'] + '\\n' -}}"
+    "{%- if m['content'] is string -%}{{- m['content'] -}}"
+    "{%- else -%}{%- for c in m['content'] -%}"
+    "{%- if c['type'] == 'audio' -%}{{- '<|audio_start|><|audio_pad|><|audio_end|>' -}}"
+    "{%- elif c['type'] == 'text' -%}{{- c['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- if not (loop.last and continue_final_message) -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def language_prefix(name: str | None) -> str:
+    """The assistant-turn prefix Qwen3-ASR writes before the transcript."""
+    return f"language {name}"
+
+
+class Qwen3ASRSpec(AudioLLMSpec):
+    name = "qwen3_asr"
+    model_types = ("qwen3_asr",)
+    sizes = {
+        # tiny: ~0.2M parameters, for tests (seconds)
+        "tiny": dict(audio=dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128,
+                                downsample_hidden_size=16),
+                     text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                               num_key_value_heads=1, head_dim=32)),
+        # small: ~5M parameters, what ENVIRONMENT.md measured learning from scratch on 2 cores
+        "small": dict(audio=dict(d_model=256, encoder_layers=3, encoder_attention_heads=4, encoder_ffn_dim=1024,
+                                 downsample_hidden_size=64),
+                      text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
+                                num_key_value_heads=2, head_dim=64)),
+    }
+
+    def model_class(self):
+        from transformers import Qwen3ASRForConditionalGeneration
+
+        return Qwen3ASRForConditionalGeneration
+
+    def audio_tower(self, model):
+        return model.model.audio_tower
+
+    def projector(self, model):
+        return model.model.multi_modal_projector
+
+    def language_model(self, model):
+        return model.model.language_model
+
+    def audio_token_id(self, config):
+        return config.audio_token_id
+
+    def encoder_width(self, config):
+        return config.audio_config.d_model
+
+    def frozen_by_default(self):
+        return ("model.audio_tower.*",)
+
+    def tokenizer_spec(self):
+        return TokenizerSpec(
+            special=(PAD, IM_START, IM_END, AUDIO_START, AUDIO_END, AUDIO_PAD),
+            added=(ASR_TEXT, *(language_prefix(n) for n in [*LANGUAGE_NAMES.values(), "None"])),
+            extra_special={"audio_token": AUDIO_PAD, "audio_bos_token": AUDIO_START, "audio_eos_token": AUDIO_END},
+            chat_template=CHAT_TEMPLATE)
+
+    def prepare(self, processor, waveforms, languages, force_language, sample_rate):
+        langs = [language_name(code) if (force_language and code) else None for code in languages]
+        batch = processor.apply_transcription_request(list(waveforms), language=langs,
+                                                      processor_kwargs={"sampling_rate": sample_rate})
+        return AudioPrompts(batch["input_ids"], batch["attention_mask"], batch["input_features"],
+                            batch["input_features_mask"], list(languages))
+
+    def encode_audio(self, model, prompts):
+        out = self.audio_tower(model)(input_features=prompts.features, input_features_mask=prompts.feature_mask)
+        return out.last_hidden_state
+
+    def model_inputs(self, prompts):
+        return dict(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
+                    input_features=prompts.features, input_features_mask=prompts.feature_mask)
+
+    def target_text(self, text, language, force_language):
+        if force_language:
+            return text
+        return f"{language_prefix(language_name(language) if language else 'None')}{ASR_TEXT}{text}"
+
+    def parse_output(self, text):
+        if ASR_TEXT not in text:
+            return None, text.strip(), False
+        prefix, transcript = text.split(ASR_TEXT, 1)
+        prefix = prefix.strip()
+        language = prefix[len("language "):].strip() if prefix.lower().startswith("language ") else None
+        if language and language.lower() == "none":
+            language = None
+        return language, transcript.strip(), True
+
+    def build(self, size, tokenizer, encoder=None, seed=0):
+        import torch
+        from transformers import Qwen3ASRConfig, Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
+
+        if encoder is not None:
+            raise ValueError("qwen3_asr builds with a randomly initialised audio tower; a pretrained encoder "
+                             "(--encoder) is for qwen2_audio (Whisper's encoder)")
+        spec = self.check_size(size)
+        audio = dict(num_mel_bins=128, output_dim=spec["text"]["hidden_size"], **spec["audio"])
+        text = dict(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
+                    rope_theta=10000.0, **spec["text"])
+        audio_pad = tokenizer.convert_tokens_to_ids(AUDIO_PAD)
+        config = Qwen3ASRConfig(audio_config=audio, text_config=text, audio_token_id=audio_pad,
+                                timestamp_token_id=audio_pad, pad_token_id=tokenizer.pad_token_id,
+                                eos_token_id=[tokenizer.eos_token_id])
+        torch.manual_seed(seed)
+        model = self.model_class()(config)
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = [tokenizer.eos_token_id]
+        processor = Qwen3ASRProcessor(feature_extractor=Qwen3ASRFeatureExtractor(), tokenizer=tokenizer,
+                                      chat_template=tokenizer.chat_template)
+        return model, processor
