@@ -47,6 +47,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def umasked(mode: int) -> int:
+    """`mode` under this process's umask: what a plain open()/mkdir() would give. Temp files and
+    folders (mkstemp, mkdtemp) are private; files renamed into place should not stay so."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` via a temp file in the same folder and `os.replace`, so that a reader
     (or a crash) never sees half a file."""
@@ -56,10 +64,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        # mkstemp creates the file private (0600); give it the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, umasked(0o666))  # mkstemp creates the file private (0600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

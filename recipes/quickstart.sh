@@ -48,10 +48,16 @@ fi
 EXP=${EXP:-exp/demo_${DEMO_SCALE}_${ARCH}}
 CORPUS=${CORPUS:-data/demo_corpus_${N_TRAIN}}
 PORT=${PORT:-5123}
-# What the reward server scores with: builtin:asr, builtin:cer,keyword=1.0,... or a .py. The demo
-# weighs the language term 1 instead of builtin:asr's 0.2: a wrong-script transcript (noisy short
-# Mandarin heard as an English command) is rare in rollouts, so at 0.2 it barely moved the policy.
-REWARD=${REWARD:-builtin:cer=1,keyword=0.3,language=1,fluency=0.2}
+# What the reward server scores with: builtin:asr, builtin:cer,keyword=1.0,... or a .py. The
+# pretrained-encoder demo: 1 - CER with the failure terms (omission, hallucination, empty), which tied
+# plain 1 - CER on dev CER and had the lower WER and fewer insertions (BENCHMARKS.md, reward
+# ablation). The from-scratch path weighs the language term 1: a wrong-script transcript is rare in
+# its rollouts, so at builtin:asr's 0.2 it barely moved the policy.
+if [ "$ARCH" = qwen3_asr ]; then
+  REWARD=${REWARD:-builtin:cer=1,keyword=0.3,language=1,fluency=0.2}
+else
+  REWARD=${REWARD:-builtin:cer=1,omission=0.5,hallucination=0.5,empty=0.5}
+fi
 TEST_SETS="test_clean test_noisy test_accent dev"
 # SFT writes the frozen encoder's states here and GRPO starts from them: the encoder runs once per
 # utterance and augmentation variant for the whole pipeline (ignored for an encoder that trains)

@@ -54,16 +54,23 @@ def main() -> None:
 
 
 def build(out: Path, rows: list[dict], corpus: Path, transform) -> Path:
+    """`<out>.jsonl` of `rows` with their audio replaced by `transform(wav, sr, i)` (kept once made)."""
+    def make(row: dict, i: int, path: Path) -> dict:
+        wav, sr = sf.read(corpus / row["audio"], dtype="float64")
+        sf.write(path, transform(wav, sr, i), sr, subtype="PCM_16")
+        return row
+    return write_set(out, rows, make)
+
+
+def write_set(out: Path, rows: list[dict], make) -> Path:
     manifest = out.parent / f"{out.name}.jsonl"
     if manifest.is_file():
         return manifest
     out.mkdir(parents=True, exist_ok=True)
     lines = []
     for i, row in enumerate(rows):
-        wav, sr = sf.read(corpus / row["audio"], dtype="float64")
         path = out / f"{row['id']}.wav"
-        sf.write(path, transform(wav, sr, i), sr, subtype="PCM_16")
-        lines.append(json.dumps({**row, "audio": str(path.resolve())}, ensure_ascii=False))
+        lines.append(json.dumps({**make(row, i, path), "audio": str(path.resolve())}, ensure_ascii=False))
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
 
@@ -92,22 +99,15 @@ def babble_with(rows: list[dict], corpus: Path):
 
 
 def build_festival(out: Path, rows: list[dict]) -> Path:
-    manifest = out.parent / f"{out.name}.jsonl"
-    if manifest.is_file():
-        return manifest
-    out.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for i, row in enumerate(rows):
+    def make(row: dict, i: int, path: Path) -> dict:
         voice = FESTIVAL_VOICES[i % len(FESTIVAL_VOICES)]
-        raw, path = out / f"{row['id']}.raw.wav", out / f"{row['id']}.wav"
+        raw = path.with_suffix(".raw.wav")
         subprocess.run(["text2wave", "-eval", f"(voice_{voice})", "-o", str(raw)], input=row["text"], text=True,
                        check=True, capture_output=True)
         subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path)], check=True)
         raw.unlink()
-        lines.append(json.dumps({**row, "audio": str(path.resolve()), "speaker": f"festival:{voice}"},
-                                ensure_ascii=False))
-    manifest.write_text("\n".join(lines) + "\n")
-    return manifest
+        return {**row, "speaker": f"festival:{voice}"}
+    return write_set(out, rows, make)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 corpus -> model init -> SFT -> reward server -> GRPO on Ray + DeepSpeed -> eval -> report."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,9 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
-def test_tiny_quickstart_runs_every_stage_and_resumes(tmp_path):
-    env = {**os.environ, "DEMO_SCALE": "tiny", "EXP": str(tmp_path / "exp"), "CORPUS": str(tmp_path / "corpus"),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PORT": "5199", "RAY_ADDRESS": ""}
+@pytest.mark.parametrize("arch", ["qwen2_audio", "qwen3_asr"])  # pretrained Whisper encoder; from scratch
+def test_tiny_quickstart_runs_every_stage_and_resumes(tmp_path, arch):
+    env = {**os.environ, "DEMO_SCALE": "tiny", "ARCH": arch, "EXP": str(tmp_path / "exp"),
+           "CORPUS": str(tmp_path / "corpus"), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PORT": "5199", "RAY_ADDRESS": ""}
     res = subprocess.run(["bash", str(ROOT / "recipes/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=900)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
@@ -25,6 +28,9 @@ def test_tiny_quickstart_runs_every_stage_and_resumes(tmp_path):
     for test_set in ("test_clean", "test_noisy", "test_accent"):
         assert f"| {test_set} | grpo |" in report and f"| {test_set} | sft |" in report
     assert (exp / "grpo" / "final" / "config.json").is_file()
+    assert (exp / "encoder_cache.pt").is_file() == (arch == "qwen2_audio")  # SFT's frozen-encoder states
+    info = json.loads((exp / "grpo" / "final" / "asr_rl.json").read_text())
+    assert info["arch"] == arch and (info["encoder"] == "whisper-tiny.en") == (arch == "qwen2_audio")
     again = subprocess.run(["bash", str(ROOT / "recipes/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 7

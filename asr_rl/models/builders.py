@@ -18,6 +18,7 @@ from pathlib import Path
 
 from asr_rl.models.families import FAMILIES
 from asr_rl.models.tokenizer import build_char_tokenizer, read_texts
+from asr_rl.utils import umasked
 
 INFO_FILE = "asr_rl.json"
 TEXT_SIZES = {name: FAMILIES["qwen3_asr"].sizes[name]["text"] for name in ("tiny", "small")}
@@ -96,6 +97,7 @@ def init_model(arch: str, size: str, tokenizer_from: list[str | os.PathLike], ou
 def _save_atomically(out: Path, model, processor, info: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
+    os.chmod(tmp, umasked(0o777))  # mkdtemp makes it private; a model folder is meant to be shared
     try:
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)

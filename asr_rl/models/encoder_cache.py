@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from asr_rl.models.policy_base import PromptRow
+from asr_rl.utils import umasked
 
 log = logging.getLogger("asr_rl.models")
 
@@ -38,6 +39,7 @@ class EncoderCache(dict):
         os.close(fd)
         try:
             torch.save({"fingerprint": self.fingerprint, "rows": rows}, tmp)
+            os.chmod(tmp, umasked(0o666))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

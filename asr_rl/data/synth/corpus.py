@@ -29,7 +29,7 @@ from asr_rl.data.synth import augment, tts
 from asr_rl.data.synth.grammar_en import sample_english
 from asr_rl.data.synth.grammar_zh import sample_mandarin
 from asr_rl.data.synth.voices import sample_voice
-from asr_rl.utils import atomic_write_text, write_jsonl
+from asr_rl.utils import atomic_write_text, umasked, write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = (
     tts.check_tools(params["langs"])
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    os.chmod(tmp, _umasked(0o777))  # mkdtemp makes it private; the corpus is meant to be shared
+    os.chmod(tmp, umasked(0o777))  # mkdtemp makes it private; the corpus is meant to be shared
     start = time.time()
     try:
         jobs = plan_jobs(params, root=str(tmp))
@@ -241,7 +241,7 @@ def _write_outputs(root: Path, params: dict, rows: dict[str, list[dict]]) -> dic
     splits = {}
     for split, split_rows in rows.items():
         write_jsonl(root / f"{split}.jsonl", split_rows)
-        os.chmod(root / f"{split}.jsonl", _umasked(0o666))  # atomic writes go through private files
+        os.chmod(root / f"{split}.jsonl", umasked(0o666))  # atomic writes go through private files
         hours = sum(r["duration"] for r in split_rows) / 3600.0
         splits[split] = {"utterances": len(split_rows), "hours": round(hours, 4),
                          "manifest": f"{split}.jsonl"}
@@ -251,7 +251,7 @@ def _write_outputs(root: Path, params: dict, rows: dict[str, list[dict]]) -> dic
             "speakers": {s: len({r["speaker"] for r in rs}) for s, rs in rows.items()}}
     # Written last: a folder with corpus.json is a finished corpus.
     atomic_write_text(root / META_NAME, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
-    os.chmod(root / META_NAME, _umasked(0o666))
+    os.chmod(root / META_NAME, umasked(0o666))
     return splits
 
 
@@ -269,12 +269,6 @@ def _move_into_place(tmp: Path, out_dir: Path) -> None:
 def _absolute_summary(out_dir: Path, splits: dict[str, dict]) -> dict[str, dict]:
     return {name: {"utterances": s["utterances"], "hours": s["hours"],
                    "manifest": str(out_dir / s["manifest"])} for name, s in splits.items()}
-
-
-def _umasked(mode: int) -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return mode & ~umask
 
 
 def _check_workers(workers: int | None) -> int:

@@ -68,30 +68,33 @@ class AudioLLMSpec:
     default_encoder: str | None = None
 
     # --- the Hugging Face classes and the pieces of the network --------------------------
+    # The defaults are the layout transformers' audio-LLMs share (`model.model.audio_tower`,
+    # `.multi_modal_projector`, `.language_model`, `config.audio_token_id`); a family overrides
+    # what it names otherwise.
     def model_class(self) -> type:
         raise NotImplementedError
 
     def audio_tower(self, model: nn.Module) -> nn.Module:
-        raise NotImplementedError
+        return model.model.audio_tower
 
     def projector(self, model: nn.Module) -> nn.Module:
-        raise NotImplementedError
+        return model.model.multi_modal_projector
 
     def language_model(self, model: nn.Module) -> nn.Module:
         """The causal LM body (no head), called with `inputs_embeds`."""
-        raise NotImplementedError
+        return model.model.language_model
 
     def audio_token_id(self, config) -> int:
         """The placeholder id the projected audio replaces."""
-        raise NotImplementedError
+        return config.audio_token_id
 
     def encoder_width(self, config) -> int:
         """Width of the audio-encoder states (what the projector and a CTC head read)."""
-        raise NotImplementedError
+        return config.audio_config.d_model
 
     def frozen_by_default(self) -> tuple[str, ...]:
         """Parameter-name patterns of the audio encoder (frozen in RL, and in SFT when pretrained)."""
-        raise NotImplementedError
+        return ("model.audio_tower.*",)
 
     # --- inputs and outputs ----------------------------------------------------------------
     def tokenizer_spec(self) -> TokenizerSpec:

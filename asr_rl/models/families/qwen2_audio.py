@@ -69,24 +69,6 @@ class Qwen2AudioSpec(AudioLLMSpec):
 
         return Qwen2AudioForConditionalGeneration
 
-    def audio_tower(self, model):
-        return model.model.audio_tower
-
-    def projector(self, model):
-        return model.model.multi_modal_projector
-
-    def language_model(self, model):
-        return model.model.language_model
-
-    def audio_token_id(self, config):
-        return config.audio_token_id
-
-    def encoder_width(self, config):
-        return config.audio_config.d_model
-
-    def frozen_by_default(self):
-        return ("model.audio_tower.*",)
-
     def tokenizer_spec(self):
         from transformers import Qwen2AudioProcessor
 

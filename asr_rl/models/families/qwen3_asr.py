@@ -55,24 +55,6 @@ class Qwen3ASRSpec(AudioLLMSpec):
 
         return Qwen3ASRForConditionalGeneration
 
-    def audio_tower(self, model):
-        return model.model.audio_tower
-
-    def projector(self, model):
-        return model.model.multi_modal_projector
-
-    def language_model(self, model):
-        return model.model.language_model
-
-    def audio_token_id(self, config):
-        return config.audio_token_id
-
-    def encoder_width(self, config):
-        return config.audio_config.d_model
-
-    def frozen_by_default(self):
-        return ("model.audio_tower.*",)
-
     def tokenizer_spec(self):
         return TokenizerSpec(
             special=(PAD, IM_START, IM_END, AUDIO_START, AUDIO_END, AUDIO_PAD),
