@@ -5,7 +5,7 @@
 
 builds (once, under --work) from the demo corpus' test_clean sentences:
   festival     the English sentences spoken by another speech engine (Debian `festival`, voices
-               kal_diphone and rab_diphone; skipped with a note when festival is not installed)
+               kal_diphone and ked_diphone; skipped with a note when festival is not installed)
   phone_mulaw  test_clean through an 8 kHz mu-law telephone codec (sox), 300-3400 Hz
   speech_babble test_clean mixed at 5 dB SNR with three other test_clean utterances (real speech
                babble, unlike the synthetic babble of the noisy test set)
@@ -25,7 +25,7 @@ import soundfile as sf
 
 from bench_common import evaluate
 
-FESTIVAL_VOICES = ("kal_diphone", "rab_diphone")
+FESTIVAL_VOICES = ("kal_diphone", "ked_diphone")
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     if shutil.which("text2wave"):
         sets["festival"] = build_festival(work / "festival", [r for r in rows if r["language"] == "en"])
     else:
-        print("note: festival is not installed (apt-get install festival festvox-kallpc16k festvox-rablpc16k): "
+        print("note: festival is not installed (apt-get install festival festvox-kallpc16k festvox-kdlpc16k): "
               "the other-engine set is skipped")
     names = list(sets)
     results = {}

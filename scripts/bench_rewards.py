@@ -8,7 +8,7 @@ Each run is `asr-rl train grpo --config recipes/configs/grpo_demo.yaml reward.te
 local backend (2 threads, nothing else running), then `asr-rl eval`. Variants (name: reward.terms):
 plain 1 - CER; 1 - CER with the failure terms of Mega-ASR (arXiv:2605.19833: omission,
 hallucination/repetition, empty output); the dual-granularity error-gated reward alone; and the
-multi-term reward (keywords, language, fluency) with and without the failure terms.
+multi-term reward (keywords, language, fluency) with 1 - CER or dg_wer as its error term.
 """
 from __future__ import annotations
 
