@@ -58,9 +58,11 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
                               eps_clip_low=low, eps_clip_high=high, dual_clip=algo.dual_clip,
                               loss_agg_mode=algo.loss_agg_mode)
     loss, metrics = out.loss, dict(out.metrics)
-    if algo.use_kl_loss and kl_coef > 0 and mb.ref_logp is not None:
-        kl = kl_loss(logp, mb.ref_logp.to(logp.device), mask, algo.kl_estimator, algo.loss_agg_mode)
-        loss = loss + kl_coef * kl.loss
+    if algo.use_kl_loss and mb.ref_logp is not None:
+        # measured even at coefficient 0: the adaptive controller and the logs read it
+        kl = kl_loss(logp, mb.ref_logp.to(logp.device), mask, algo.kl_estimator, algo.loss_agg_mode, algo.kl_clamp)
+        if kl_coef > 0:
+            loss = loss + kl_coef * kl.loss
         metrics.update(kl.metrics)
     if algo.sft_coef > 0:
         ce = reference_ce(policy, mb, prompts)

@@ -143,6 +143,7 @@ class AlgoConfig:
         kl_estimator: k1 | k2 | k3.
         kl_target: adaptive KL controller target (null = fixed coefficient).
         kl_horizon: adaptive KL controller horizon.
+        kl_clamp: bound on the per-token KL estimate, |kl| <= kl_clamp (OpenRLHF: 10); null = none.
         entropy_coef: entropy bonus weight (0 = off).
         gamma: discount.
         lambd: GAE lambda.
@@ -166,6 +167,7 @@ class AlgoConfig:
     kl_estimator: str = "k3"
     kl_target: float | None = None
     kl_horizon: int = 10000
+    kl_clamp: float | None = 10.0
     entropy_coef: float = 0.0
     gamma: float = 1.0
     lambd: float = 1.0

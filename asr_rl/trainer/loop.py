@@ -53,7 +53,11 @@ class RLTrainer:
         with timer(t, "sync"):
             self.workers.sync_weights()
         self.step_no += 1
-        self.kl_ctl.update(adv_metrics.get("kl/mean", 0.0), len(exp))
+        # the adaptive coefficient follows the KL measured this step: the reward penalty's, or the
+        # loss term's (OpenRLHF feeds the actor's KL loss); with no reference there is nothing to follow
+        measured = adv_metrics.get("kl/mean", train_metrics.get("kl/loss"))
+        if measured is not None:
+            self.kl_ctl.update(measured, len(exp))
         reward_log = merge_reward_outputs(groups).log()
         return {**stats, **reward_log, **adv_metrics, **train_metrics, **_response_stats(exp),
                 "kl/coef": self.kl_ctl.value, **t}
@@ -107,7 +111,7 @@ class RLTrainer:
         if exp.ref_logp is not None:
             logp = exp.old_logp if exp.old_logp is not None else None
             if logp is not None:
-                kl = kl_estimate(logp, exp.ref_logp, a.kl_estimator).masked_fill(mask == 0, 0.0)
+                kl = kl_estimate(logp, exp.ref_logp, a.kl_estimator, a.kl_clamp).masked_fill(mask == 0, 0.0)
                 metrics["kl/mean"] = float(masked_mean(kl, mask))
                 if not a.use_kl_loss:
                     kl_penalty = self.kl_ctl.value * kl

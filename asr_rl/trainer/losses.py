@@ -229,34 +229,39 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3", clamp: fl
 
     With log_ratio = logp - ref_logp: k1 = log_ratio (unbiased, can be negative),
     k2 = log_ratio^2 / 2, k3 = exp(-log_ratio) - 1 + log_ratio (unbiased, >= 0, low variance).
-    For k3 the log-ratio is first clamped to [-clamp, clamp] so exp() stays finite. NOTE: current
-    OpenRLHF clamps the *output* of every estimator to [-10, 10] instead; verl's "low_var_kl" clamps
-    both. Clamping the input keeps k3 exact for |log_ratio| <= clamp.
+    The estimate is clamped to [-clamp, clamp] (OpenRLHF: [-10, 10]), so that one token whose
+    ratio went astray (k3 at a log-ratio of -9 is 8,093) cannot dominate a loss; a clamped token
+    has zero gradient. For k3 the log-ratio itself is also bounded (to +-(clamp + 10)) first, so
+    exp() stays finite and the zero gradient is not 0 * inf = NaN; below the bound k3 is exact.
 
     Args:
         logp: ``(N, T)`` policy log-probs of the sampled tokens.
         ref_logp: ``(N, T)`` reference log-probs of the same tokens.
         estimator: one of `KL_ESTIMATORS`.
-        clamp: bound on |log_ratio| for k3; None = no clamp.
+        clamp: bound on |estimate| (`algo.kl_clamp`); None = unbounded (k3 may overflow to inf).
 
     Returns:
         ``(N, T)`` float32; padding is NOT zeroed (callers mask, and should pass finite values there).
     """
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown kl_estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
+    if clamp is not None and clamp <= 0:
+        raise ValueError(f"kl clamp must be > 0 or None, got {clamp}")
     # float32 as OpenRLHF: bf16 log-ratios of near-equal log-probs lose all precision.
     log_ratio = logp.float() - ref_logp.float()
     if estimator == "k1":
-        return log_ratio
-    if estimator == "k2":
-        return log_ratio.pow(2) / 2.0
-    if clamp is not None:
-        log_ratio = log_ratio.clamp(-clamp, clamp)
-    return torch.expm1(-log_ratio) + log_ratio
+        kl = log_ratio
+    elif estimator == "k2":
+        kl = log_ratio.pow(2) / 2.0
+    else:
+        if clamp is not None:
+            log_ratio = log_ratio.clamp(-(clamp + 10.0), clamp + 10.0)
+        kl = torch.expm1(-log_ratio) + log_ratio
+    return kl if clamp is None else kl.clamp(-clamp, clamp)
 
 
 def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
-            loss_agg_mode: str = "token-mean") -> LossOutput:
+            loss_agg_mode: str = "token-mean", clamp: float | None = 10.0) -> LossOutput:
     """KL-to-reference term added to the loss (GRPO's `use_kl_loss`, Shao et al. 2024, arXiv:2402.03300,
     which uses k3); the caller multiplies by the KL coefficient.
 
@@ -266,12 +271,13 @@ def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
         mask: ``(N, T)`` response mask; anything allowed at padding.
         estimator: one of `KL_ESTIMATORS`.
         loss_agg_mode: one of `LOSS_AGG_MODES`.
+        clamp: bound on the per-token estimate (see `kl_estimate`).
 
     Returns:
-        `LossOutput` with metric "kl/loss".
+        `LossOutput` with metric "kl/loss" (the aggregated estimate, before the coefficient).
     """
     m = mask.bool()
-    kl = kl_estimate(_where(m, logp), _where(m, ref_logp), estimator)
+    kl = kl_estimate(_where(m, logp), _where(m, ref_logp), estimator, clamp)
     loss = aggregate_loss(kl, m, loss_agg_mode)
     return LossOutput(loss=loss, metrics={"kl/loss": loss.item()})
 

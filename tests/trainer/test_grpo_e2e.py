@@ -42,6 +42,19 @@ def test_three_grpo_steps_train_projector_and_llm_and_leave_the_encoder(tiny_mod
         assert key in rows[-1], key
 
 
+def test_adaptive_kl_follows_the_measured_kl_of_the_loss_term(tiny_model, tiny_corpus, tmp_path):
+    # KL in the loss, one on-policy update per rollout (no old log-probs): the controller must read the
+    # KL the loss measured. Ziegler et al.: coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * n / horizon,
+    # here n = 8 sequences = horizon. Step 1: the policy still equals the reference, kl = 0 exactly ->
+    # x0.8 (0.1 -> 0.08). Steps 2-3: any real KL is far above a target of 1e-6 -> x1.2 each.
+    run_audio_rl(load_rl_config("grpo", None, _overrides(
+        tiny_model, tiny_corpus, tmp_path / "r", "save_steps=0", "init_kl_coef=0.1", "use_kl_loss=true",
+        "kl_target=1e-6", "kl_horizon=8")))
+    rows = read_metrics(tmp_path / "r")
+    assert rows[0]["kl/loss"] == 0.0 and rows[1]["kl/loss"] > 1e-4 and rows[2]["kl/loss"] > 1e-4
+    assert [r["kl/coef"] for r in rows] == pytest.approx([0.08, 0.096, 0.1152])
+
+
 def test_a_run_with_a_dev_set_logs_the_start_score_as_step_0(tiny_model, tiny_corpus, tmp_path):
     from asr_rl.evaluation.evaluate import run_eval
 

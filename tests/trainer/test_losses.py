@@ -259,11 +259,28 @@ def test_kl_estimators_at_known_log_ratio():
     assert kl_estimate(logp.bfloat16(), ref.bfloat16()).dtype == torch.float32
 
 
-def test_k3_clamp_keeps_huge_ratio_finite():
-    # log_ratio = -1000 clamped to -10: k3 = exp(10) - 1 - 10 = 22026.4658 - 11 = 22015.4658
-    logp, ref = _t([[-1000.0]]), _t([[0.0]])
-    _close(kl_estimate(logp, ref, "k3"), [[math.exp(10) - 11]], atol=1e-2)
-    assert torch.isinf(kl_estimate(logp, ref, "k3", clamp=None)).all()  # why the clamp exists
+def test_kl_estimates_are_clamped_to_10_at_extreme_ratios():
+    # log_ratio -9: k3 = exp(9) - 1 - 9 = 8103.08 - 10 = 8093.08 -> 10;  log_ratio -40 and -1000: -> 10
+    # k2 at log_ratio 5: 25 / 2 = 12.5 -> 10;  k1 at -40: -40 -> -10;  at -0.5 nothing is clamped
+    logp, ref = _t([[-9.0, -40.0, -1000.0, -0.5]]), _t([[0.0, 0.0, 0.0, 0.0]])
+    _close(kl_estimate(logp, ref, "k3"), [[10.0, 10.0, 10.0, math.exp(0.5) - 1.5]])
+    _close(kl_estimate(_t([[5.0, -40.0]]), _t([[0.0, 0.0]]), "k2"), [[10.0, 10.0]])
+    _close(kl_estimate(_t([[5.0, -40.0]]), _t([[0.0, 0.0]]), "k1"), [[5.0, -10.0]])
+    _close(kl_estimate(logp[:, :1], ref[:, :1], "k3", clamp=None), [[math.exp(9) - 10]], atol=1e-2)
+    _close(kl_estimate(logp[:, :1], ref[:, :1], "k3", clamp=100.0), [[100.0]])  # the bound is a setting
+    assert torch.isinf(kl_estimate(logp[:, 2:3], ref[:, 2:3], "k3", clamp=None)).all()  # why a bound exists
+    with pytest.raises(ValueError, match="kl clamp must be > 0"):
+        kl_estimate(logp, ref, "k3", clamp=0.0)
+
+
+def test_kl_gradient_is_zero_where_clamped_and_exact_elsewhere():
+    # d k3 / d logp = 1 - exp(-log_ratio): at log_ratio -0.5: 1 - exp(0.5) = -0.648721; token-mean over
+    # the 4 tokens divides by 4. The clamped tokens (-9, -40, -1000) get exactly 0, not NaN.
+    logp = _t([[-9.0, -40.0, -1000.0, -0.5]]).requires_grad_()
+    out = kl_loss(logp, torch.zeros(1, 4), torch.ones(1, 4), "k3")
+    out.loss.backward()
+    _close(logp.grad, [[0.0, 0.0, 0.0, (1 - math.exp(0.5)) / 4]])
+    _close(out.metrics["kl/loss"], (30.0 + math.exp(0.5) - 1.5) / 4)
 
 
 def test_kl_unknown_estimator_lists_names():
