@@ -54,8 +54,22 @@ def _columns(samples: list[Sample]) -> dict[str, list]:
     return cols
 
 
+def _call_with_accepted(fn, *args, **extras):
+    """`fn(*args, **extras)`, passing only the extras `fn` accepts: OpenRLHF documents
+    `reward_func(queries, prompts, labels)` without `**kwargs`, and TRL functions name what they read."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C function: no signature to read
+        return fn(*args, **extras)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return fn(*args, **extras)
+    names = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return fn(*args, **{k: v for k, v in extras.items() if k in names})
+
+
 class OpenRLHFFileReward:
-    """Calls `reward_func(queries, prompts, labels, **kwargs)` from a user file."""
+    """Calls `reward_func(queries, prompts, labels, **kwargs)` from a user file (the extras only if
+    it takes them)."""
 
     def __init__(self, path: str | Path, fn):
         self.name = f"{Path(path).name}:reward_func"
@@ -63,10 +77,11 @@ class OpenRLHFFileReward:
 
     def __call__(self, samples: list[Sample]) -> RewardOutput:
         try:
-            raw = self.fn([s.response for s in samples], [s.prompt for s in samples], [s.reference for s in samples],
-                          hypotheses=[s.hypothesis for s in samples], languages=[s.language for s in samples],
-                          keywords=[list(s.keywords) for s in samples], durations=[s.duration for s in samples],
-                          group_ids=[s.group_id for s in samples])
+            raw = _call_with_accepted(
+                self.fn, [s.response for s in samples], [s.prompt for s in samples], [s.reference for s in samples],
+                hypotheses=[s.hypothesis for s in samples], languages=[s.language for s in samples],
+                keywords=[list(s.keywords) for s in samples], durations=[s.duration for s in samples],
+                group_ids=[s.group_id for s in samples])
         except Exception as e:
             raise RewardError(f"reward {self.name!r} raised {type(e).__name__} on samples 0-{len(samples) - 1}: {e}") from e
         rewards, scores, logs = raw, None, {}
@@ -95,7 +110,7 @@ class TRLFileReward:
         for fn in self.fns:
             label = f"{self.name}:{fn.__name__}"
             try:
-                values = fn([s.hypothesis for s in samples], **cols)
+                values = _call_with_accepted(fn, [s.hypothesis for s in samples], **cols)
             except Exception as e:
                 raise RewardError(f"reward {label!r} raised {type(e).__name__} on samples 0-{len(samples) - 1}: {e}") from e
             terms[fn.__name__] = _as_list(label, values, allow_none=True, n=len(samples))

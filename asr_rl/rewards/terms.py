@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
 from asr_rl.evaluation.metrics import keyword_hits
-from asr_rl.rewards.base import Sample
+from asr_rl.rewards.base import RewardError, Sample
 from asr_rl.rewards.normalize import cer, char_errors, is_cjk, normalize_text, wer, word_errors
 
 TermFn = Callable[..., list[float]]
@@ -80,28 +80,38 @@ def wer_gated_term(samples: list[Sample], gate: float = 0.5, above_gate: float =
 
 @register_term("keyword")
 def keyword_term(samples: list[Sample], insertion_penalty: float = 0.5) -> list[float]:
-    """Recall of the reference's keywords in the hypothesis, minus a penalty per inserted keyword.
+    """Recall of the reference's keywords in the hypothesis, minus a penalty per inserted hotword.
 
-    An inserted keyword is a keyword of another sample in the batch (the hotword list) that appears
-    in the hypothesis but not in this reference: a hallucinated contact or room is worse than a
-    missed one. r = hits / n_keywords - insertion_penalty * insertions / max(n_keywords, 1);
-    a reference without keywords scores 1 minus the insertion penalty.
+    An inserted hotword is an entry of the sample's own hotword list (the manifest's `hotwords`
+    field, e.g. the user's contact names or rooms: `Sample.metadata["hotwords"]`) that appears in the
+    hypothesis but not in its reference: a hallucinated contact or room is worse than a missed one.
+    r = hits / n_keywords - insertion_penalty * insertions / max(n_keywords, 1); a reference without
+    keywords scores 1 minus the insertion penalty. A sample's score depends on that sample alone, so
+    a batch scored whole or in chunks (the Ray reward pool, the remote client) scores the same.
 
-    >>> s = [Sample("call anna in the kitchen", "call anna", keywords=("anna",)),
+    >>> s = [Sample("call anna in the kitchen", "call anna", keywords=("anna",),
+    ...             metadata={"hotwords": ["anna", "kitchen", "bob"]}),
     ...      Sample("call bob", "call bob", keywords=("bob", "kitchen"))]
     >>> keyword_term(s)
     [0.5, 0.5]
     """
-    vocabulary = {k for s in samples for k in s.keywords}
     out = []
     for s in samples:
         hits = keyword_hits(s.hypothesis, s.keywords) if s.keywords else 0
         recall = hits / len(s.keywords) if s.keywords else 1.0
         ref = normalize_text(s.reference)
-        foreign = [k for k in vocabulary - set(s.keywords) if normalize_text(k) not in ref]
+        hotwords = _hotwords(s)
+        foreign = [k for k in hotwords if k not in s.keywords and normalize_text(k) not in ref]
         insertions = keyword_hits(s.hypothesis, foreign)
         out.append(recall - insertion_penalty * insertions / max(len(s.keywords), 1))
     return out
+
+
+def _hotwords(s: Sample) -> list[str]:
+    words = (s.metadata or {}).get("hotwords") or []
+    if isinstance(words, str) or not all(isinstance(w, str) for w in words):
+        raise RewardError(f"sample {s.prompt!r}: metadata 'hotwords' must be a list of strings, got {words!r}")
+    return sorted(set(words))
 
 
 _LATIN_WORD = re.compile(r"[a-z]+")

@@ -29,6 +29,21 @@ def test_openrlhf_reward_func_gets_queries_prompts_labels_and_asr_kwargs(tmp_pat
     assert out.rewards == [0.0, 1.0] and out.extra_logs == {"n": 2.0}
 
 
+def test_openrlhf_documented_signature_without_kwargs_and_trl_functions_naming_their_columns(tmp_path):
+    # OpenRLHF's docs: `def reward_func(queries, prompts, labels):`, no **kwargs
+    path = _file(tmp_path, "def reward_func(queries, prompts, labels):\n"
+                           "    return [float(q.endswith(l)) for q, l in zip(queries, labels)]\n")
+    assert load_reward_file(path)(SAMPLES).rewards == [0.0, 1.0]
+    # a TRL function that names only the columns it reads
+    path = _file(tmp_path, "def exact(completions, references):\n"
+                           "    return [float(c == r) for c, r in zip(completions, references)]\n")
+    assert load_reward_file(path)(SAMPLES).rewards == [0.0, 1.0]
+    # one that asks for a column no sample has still fails, naming the reward and the cause
+    path = _file(tmp_path, "def needs(completions, solution):\n    return [0.0] * len(completions)\n")
+    with pytest.raises(RewardError, match=r"reward 'my_reward.py:needs' raised TypeError.*solution"):
+        load_reward_file(path)(SAMPLES)
+
+
 def test_openrlhf_reward_func_may_return_a_tensor(tmp_path):
     path = _file(tmp_path, "import torch\n\ndef reward_func(queries, prompts, labels, **kw):\n"
                            "    return torch.tensor([0.25, -1.0])\n")

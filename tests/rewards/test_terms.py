@@ -25,6 +25,40 @@ def test_cer_and_wer_terms_with_floor():
     assert wer_term([S("Turn ON the lights!", "turn on the lights")]) == [1.0]
 
 
+def test_keyword_reward_of_a_sample_does_not_depend_on_its_batch():
+    # without hotwords "kitchen" is no insertion (the other sample's keyword once counted as one)
+    samples = [S("call anna in the kitchen", "call anna", keywords=("anna",)),
+               S("call bob", "call bob", keywords=("bob", "kitchen"))]
+    whole = keyword_term(samples)
+    assert whole == [1.0, 0.5]
+    assert [x for chunk in (samples[:1], samples[1:]) for x in keyword_term(chunk)] == whole
+
+
+def test_every_built_in_term_scores_a_batch_whole_as_in_chunks():
+    # what the Ray reward pool and the remote client do: cut a batch into chunks
+    from asr_rl.rewards.terms import TERMS
+
+    hot = {"hotwords": ["anna", "bob", "kitchen"]}
+    samples = [S("call anna in the kitchen", "call anna", keywords=("anna",), metadata=hot),
+               S("call bob bob bob bob", "call bob", keywords=("bob",), metadata=hot),
+               S("", "turn on the lights"),
+               S("打开客厅的灯", "打开卧室的灯", "zh", keywords=("卧室",)),
+               S("turn on the light", "turn on the lights", keywords=("lights",)),
+               S("call bob at six", "call anna at six", keywords=("anna", "six"))]  # "bob": sample 2's keyword
+    reward = WeightedReward({name: 1.0 for name in TERMS})
+    whole = reward(samples)
+    chunks = [reward(samples[i:i + 2]) for i in range(0, len(samples), 2)]
+    assert [r for c in chunks for r in c.rewards] == pytest.approx(whole.rewards)
+    for name in TERMS:
+        assert [x for c in chunks for x in c.terms[name]] == pytest.approx(whole.terms[name]), name
+
+
+def test_hotwords_that_are_not_a_list_of_strings_name_the_sample():
+    bad = S("call anna", "call anna", keywords=("anna",), prompt="u7", metadata={"hotwords": "anna,bob"})
+    with pytest.raises(RewardError, match="sample 'u7': metadata 'hotwords' must be a list of strings"):
+        keyword_term([bad])
+
+
 def test_wer_gated_is_token_level_below_the_gate_and_flat_above():
     samples = [S("turn on the light", "turn on the lights"),   # WER 1/4 -> 0.75
                S("turn of a light", "turn on the lights"),    # WER 3/4 > 0.5 -> -1
@@ -34,12 +68,13 @@ def test_wer_gated_is_token_level_below_the_gate_and_flat_above():
     assert wer_gated_term(samples[1:2], gate=0.5, above_gate=0.0) == [0.0]
 
 
-def test_keyword_recall_and_inserted_keyword_penalty():
-    samples = [S("call anna in the kitchen", "call anna", keywords=("anna",)),    # recall 1, inserts "kitchen"
-               S("call bob", "call bob", keywords=("bob", "kitchen")),            # recall 1/2
+def test_keyword_recall_and_inserted_hotword_penalty():
+    hot = {"hotwords": ["anna", "bob", "kitchen"]}
+    samples = [S("call anna in the kitchen", "call anna", keywords=("anna",), metadata=hot),  # recall 1, inserts "kitchen"
+               S("call bob", "call bob", keywords=("bob", "kitchen"), metadata=hot),           # recall 1/2
                S("turn on the lights", "turn on the lights"),                    # no keywords, no insertion
                S("打开客厅的灯", "打开卧室的灯", "zh", keywords=("卧室",))]          # recall 0
-    # 1 - 0.5 * 1/1 = 0.5;  0.5 - 0 = 0.5;  1.0;  0.0
+    # 1 - 0.5 * 1/1 = 0.5; 1/2 - 0 = 0.5; 1; 0
     assert keyword_term(samples) == [0.5, 0.5, 1.0, 0.0]
     assert keyword_term(samples, insertion_penalty=0.0)[0] == 1.0
 
