@@ -102,6 +102,22 @@ def test_sft_killed_after_step_2_resumes_to_the_same_result(tiny_model, tiny_cor
     assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000003"]
 
 
+def test_every_micro_batch_of_every_step_draws_its_own_augmentation(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    # 2 steps x 2 micro-batches: four distinct SpecAugment streams (a seed shared by micro-batches of
+    # different steps once made them mask alike)
+    import copy
+
+    import asr_rl.trainer.sft as sft
+
+    draws, real = [], sft.spec_augment
+    def recording(features, mask, cfg, rng):
+        draws.append(copy.deepcopy(rng).random())  # the stream's first number, not consuming it
+        return real(features, mask, cfg, rng)
+    monkeypatch.setattr(sft, "spec_augment", recording)
+    train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "r", "save_steps=0"))
+    assert len(draws) == 4 and len(set(draws)) == 4
+
+
 def test_sft_config_errors(tiny_model, tiny_corpus, tmp_path):
     with pytest.raises(ValueError, match="not a multiple of micro_train_batch_size 3"):
         _cfg(tiny_model, tiny_corpus, tmp_path, "micro_train_batch_size=3")
