@@ -246,6 +246,14 @@ def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, 
     return adv, torch.where(m, adv + v, zero)
 
 
+def clip_rewards(rewards: Tensor, clip_range: tuple[float, ...] | None) -> Tensor:
+    """``(N,)`` sequence rewards clipped to [low, high] (OpenRLHF `reward_clip_range`); None = as given."""
+    if clip_range is None:
+        return rewards
+    low, high = clip_range
+    return rewards.clamp(min=low, max=high)
+
+
 def _grouped(rewards: Tensor, n: int, name: str) -> Tensor:
     """``(N,)`` -> ``(N // n, n)``, with a ValueError naming the estimator when the layout is wrong."""
     N = rewards.numel()

@@ -144,6 +144,10 @@ class AlgoConfig:
         kl_target: adaptive KL controller target (null = fixed coefficient).
         kl_horizon: adaptive KL controller horizon.
         kl_clamp: bound on the per-token KL estimate, |kl| <= kl_clamp (OpenRLHF: 10); null = none.
+        reward_clip_range: [low, high] the sequence rewards are clipped to before any advantage
+            (OpenRLHF `--reward_clip_range`, default [-10, 10]); null = no clipping.
+        group_std_eps: added to the group std of "group_norm" (verl 1e-6; OpenRLHF 1e-9). A mean-only
+            baseline (no std division) is the "dr_grpo" estimator.
         entropy_coef: entropy bonus weight (0 = off).
         gamma: discount.
         lambd: GAE lambda.
@@ -168,6 +172,8 @@ class AlgoConfig:
     kl_target: float | None = None
     kl_horizon: int = 10000
     kl_clamp: float | None = 10.0
+    reward_clip_range: tuple[float, ...] | None = (-10.0, 10.0)
+    group_std_eps: float = 1e-6
     entropy_coef: float = 0.0
     gamma: float = 1.0
     lambd: float = 1.0
@@ -175,6 +181,13 @@ class AlgoConfig:
     max_epochs: int = 1
     normalize_gae_advantages: bool = True
     sft_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        r = self.reward_clip_range
+        if r is not None and (len(r) != 2 or not r[0] < r[1]):
+            raise ValueError(f"algo.reward_clip_range must be [low, high] with low < high, got {list(r)}")
+        if not self.group_std_eps > 0:
+            raise ValueError(f"algo.group_std_eps must be > 0, got {self.group_std_eps}")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from asr_rl.models.sampling import sequence_seed
 from asr_rl.rewards.base import check_output
-from asr_rl.trainer.advantages import AdvantageInputs, compute_advantages, whiten
+from asr_rl.trainer.advantages import AdvantageInputs, clip_rewards, compute_advantages, whiten
 from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, rng_state, save_checkpoint, save_final,
                                        set_rng_state)
 from asr_rl.trainer.config import RLConfig
@@ -116,8 +116,8 @@ class RLTrainer:
                 if not a.use_kl_loss:
                     kl_penalty = self.kl_ctl.value * kl
         out = compute_advantages(a.advantage_estimator, AdvantageInputs(
-            rewards=exp.rewards, response_mask=mask, group_size=exp.group_size, values=exp.values,
-            kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd))
+            rewards=clip_rewards(exp.rewards, a.reward_clip_range), response_mask=mask, group_size=exp.group_size,
+            values=exp.values, kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps))
         exp.advantages, exp.returns = out.advantages, out.returns
         if a.advantage_estimator == "gae" and a.normalize_gae_advantages:
             exp.advantages = whiten(exp.advantages, mask, unbiased=False)  # OpenRLHF: population variance

@@ -72,6 +72,49 @@ def test_group_norm_uses_unbiased_std_like_openrlhf():
     _close(out.shaped_rewards, [-0.5, -0.5, -0.5, 1.5])
 
 
+def test_group_std_eps_decides_a_near_tied_group():
+    # rewards [1, 1 + 2e-7]: deviations +-1e-7, unbiased std = sqrt(2e-14) = 1.41421e-7
+    #   eps 1e-9 (OpenRLHF): r' = 1e-7 / (1.41421e-7 + 1e-9) = +-0.70214
+    #   eps 1e-6 (ours, verl): r' = 1e-7 / (1.41421e-7 + 1e-6) = +-0.087610
+    rewards = torch.tensor([1.0, 1.0 + 2e-7], dtype=torch.float64)
+    for eps, expected in ((1e-9, 1e-7 / (math.sqrt(2e-14) + 1e-9)), (1e-6, 1e-7 / (math.sqrt(2e-14) + 1e-6))):
+        out = compute_advantages("group_norm", AdvantageInputs(rewards=rewards, response_mask=_mask([1, 1], 1),
+                                                               group_size=2, eps=eps))
+        _close(out.shaped_rewards, [-expected, expected], atol=1e-9)
+
+
+def test_reward_clipping_and_the_settings_reach_the_loop():
+    from asr_rl.config import load_config
+    from asr_rl.trainer.advantages import clip_rewards
+    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.loop import RLTrainer
+    from asr_rl.trainer.rollout import Group, build_experience
+
+    _close(clip_rewards(torch.tensor([-30.0, 0.5, 12.0]), (-10.0, 10.0)), [-10.0, 0.5, 10.0])
+    _close(clip_rewards(torch.tensor([-30.0, 12.0]), None), [-30.0, 12.0])
+    # group [30, 0] clipped to [-1, 1] -> [1, 0]: r' = +-0.5 / (sqrt(0.5) + 0.5) = +-0.41421
+    cfg = load_config(RLConfig, None, ["n_samples_per_prompt=2", "rollout_batch_size=1", "init_kl_coef=0",
+                                       "micro_train_batch_size=2",
+                                       "algo.reward_clip_range=[-1,1]", "algo.group_std_eps=0.5"])
+    exp = build_experience([Group("u", None, [[5], [6]], ["a", "b"], rewards=[30.0, 0.0])], 2, pad_id=0)
+    RLTrainer(cfg, None, None, None, None, None).compute_advantages(exp)
+    a = 0.5 / (math.sqrt(0.5) + 0.5)
+    _close(exp.advantages, [[a], [-a]])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("algo.reward_clip_range=[1,-1]", "algo.reward_clip_range must be \\[low, high\\] with low < high"),
+    ("algo.reward_clip_range=[1]", "algo.reward_clip_range must be"),
+    ("algo.group_std_eps=0", "algo.group_std_eps must be > 0"),
+])
+def test_bad_reward_clip_and_std_eps_are_refused(override, message):
+    from asr_rl.config import ConfigError, load_config
+    from asr_rl.trainer.config import RLConfig
+
+    with pytest.raises((ConfigError, ValueError), match=message):
+        load_config(RLConfig, None, [override])
+
+
 # --------------------------------------------------------------------------- dr_grpo, rloo
 
 
