@@ -64,15 +64,16 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
         if kl_coef > 0:
             loss = loss + kl_coef * kl.loss
         metrics.update(kl.metrics)
-    if algo.sft_coef > 0:
-        ce = reference_ce(policy, mb, prompts)
-        loss = loss + algo.sft_coef * ce
-        metrics["actor/sft_ce"] = float(ce.detach())
     ent = entropy_loss(entropy, mask, algo.loss_agg_mode)
     if algo.entropy_coef:
         loss = loss - algo.entropy_coef * ent
     metrics["policy/entropy"] = float(ent.detach())
-    return LossOutput(loss, metrics)
+    aux = None
+    if algo.sft_coef > 0:  # a mean over reference tokens, not over response tokens: kept apart
+        ce = reference_ce(policy, mb, prompts)
+        aux = algo.sft_coef * ce
+        metrics["actor/sft_ce"] = float(ce.detach())
+    return LossOutput(loss, metrics, aux)
 
 
 def reference_ce(policy, mb: MicroBatch, prompts=None) -> torch.Tensor:
@@ -91,7 +92,8 @@ def ppo_update(policy, strategy, exp: Experience, algo: AlgoConfig, micro_size: 
     """`max_epochs` passes over `exp` in shuffled minibatches of `train_size` sequences, each an
     optimiser step accumulated over micro-batches of `micro_size`."""
     return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy,
-                   lambda mb: actor_loss(policy, mb, algo, temperature, kl_coef), prefix="actor")
+                   lambda mb: actor_loss(policy, mb, algo, temperature, kl_coef), prefix="actor",
+                   loss_agg_mode=algo.loss_agg_mode)
 
 
 def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_size: int, train_size: int,
@@ -100,26 +102,28 @@ def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_siz
         values = critic.values(mb.prompt_rows, mb.prompt_index, Responses(mb.response_ids, mb.response_mask, []))
         return value_loss(values, mb.values, mb.returns, mb.response_mask, value_clip=algo.value_clip,
                           loss_agg_mode=algo.loss_agg_mode)
-    return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy, loss_fn, prefix="critic")
+    return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy, loss_fn, prefix="critic",
+                   loss_agg_mode=algo.loss_agg_mode)
 
 
 def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed: int, strategy, loss_fn,
-            prefix: str) -> dict[str, float]:
+            prefix: str, loss_agg_mode: str = "token-mean") -> dict[str, float]:
     sums: dict[str, float] = {}
     n_micro_total, grad_norms = 0, []
     for epoch in range(epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(exp)) if epochs > 1 else np.arange(len(exp))
         for start in range(0, len(exp), train_size):
             mini = order[start:start + train_size].tolist()
-            n_micro = (len(mini) + micro_size - 1) // micro_size
-            for k in range(0, len(mini), micro_size):
-                out = loss_fn(exp.select(mini[k:k + micro_size]))
-                if not torch.isfinite(out.loss):
+            micros = [mini[k:k + micro_size] for k in range(0, len(mini), micro_size)]
+            weights = micro_weights(exp, micros, loss_agg_mode, strategy)
+            for k, (idx, weight) in enumerate(zip(micros, weights)):
+                out = loss_fn(exp.select(idx))
+                if not torch.isfinite(out.loss) or (out.aux is not None and not torch.isfinite(out.aux)):
                     # stop before the bad gradient reaches the weights: the last checkpoint stays good
                     raise TrainingDiverged(f"{prefix} loss is {float(out.loss)} ({out.metrics}); stopping. The last "
                                            "checkpoint is intact: lower the learning rate or check the rewards")
-                # mean over the minibatch's micro-batches
-                strategy.backward(out.loss / n_micro, last=k + micro_size >= len(mini))
+                total = out.loss * weight + (out.aux / len(micros) if out.aux is not None else 0.0)
+                strategy.backward(total, last=k == len(micros) - 1)
                 for name, v in {f"{prefix}/loss": float(out.loss.detach()), **out.metrics}.items():
                     sums[name] = sums.get(name, 0.0) + float(v)
                 n_micro_total += 1
@@ -130,5 +134,22 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
     return metrics
 
 
-__all__ = ["TrainingDiverged", "micro_logprobs", "reference_ce", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",
+def micro_weights(exp: Experience, micros: list[list[int]], loss_agg_mode: str, strategy) -> list[float]:
+    """What each micro-batch's aggregated loss is multiplied by, so that the optimiser step's
+    gradient is the minibatch's loss (OpenRLHF, verl `loss_agg_mode`).
+
+    "token-mean" is over every token of the minibatch on every data-parallel rank: micro-batch i
+    with t_i tokens weighs t_i / (T / W), T the tokens of all W ranks (DeepSpeed then averages the
+    ranks' gradients, dividing by W). Averaging each micro-batch's own token mean instead would weigh
+    the tokens of short responses more. The seq-mean modes are means over sequences, equal-sized
+    micro-batches: 1 / (number of micro-batches).
+    """
+    if loss_agg_mode != "token-mean":
+        return [1.0 / len(micros)] * len(micros)
+    tokens = [float(exp.response_mask[idx].sum()) for idx in micros]
+    per_rank = strategy.mean_over_ranks(sum(tokens))
+    return [t / per_rank if per_rank > 0 else 0.0 for t in tokens]
+
+
+__all__ = ["TrainingDiverged", "micro_weights", "micro_logprobs", "reference_ce", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",
            "masked_mean"]

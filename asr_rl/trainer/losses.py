@@ -27,12 +27,15 @@ __all__ = [
 @dataclass
 class LossOutput:
     """Attributes:
-        loss: scalar tensor (with grad).
+        loss: scalar tensor (with grad), aggregated over the micro-batch by its `loss_agg_mode`.
         metrics: python floats, keys namespaced like "policy/clip_frac".
+        aux: a further scalar term that is a plain mean per micro-batch whatever the mode (e.g. the
+            cross-entropy on references); the update averages it over micro-batches. None = none.
     """
 
     loss: Tensor
     metrics: dict[str, float]
+    aux: Tensor | None = None
 
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")

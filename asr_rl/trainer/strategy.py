@@ -1,6 +1,6 @@
 """How a rank applies gradients: the plain torch optimiser here, DeepSpeed in
-`trainer/distributed/deepspeed_strategy.py`. The update code calls only `backward`, `step` and
-`state_dict`, so it is the same on both backends (OpenRLHF's `strategy.backward/optimizer_step`)."""
+`trainer/distributed/deepspeed_strategy.py`. The update code calls only `backward`, `step`,
+`mean_over_ranks` and `state_dict`, so it is the same on both backends (OpenRLHF's `strategy.backward/optimizer_step`)."""
 from __future__ import annotations
 
 import torch
@@ -29,6 +29,10 @@ class LocalStrategy:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
+
+    def mean_over_ranks(self, x: float) -> float:
+        """The mean of `x` over the data-parallel ranks (one rank here)."""
+        return float(x)
 
     @property
     def lr(self) -> float:

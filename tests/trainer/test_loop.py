@@ -60,24 +60,40 @@ def test_nan_reward_stops_the_run_and_keeps_the_last_checkpoint(tiny_model, tiny
     assert ckpt.name == "step_000001" and (ckpt / "model.safetensors").is_file()
 
 
+def _local_strategy(w):
+    from asr_rl.trainer.strategy import LocalStrategy
+
+    return LocalStrategy([w], lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), max_norm=1e9, total_steps=10,
+                         warmup_ratio=0.0, min_lr_ratio=1.0)
+
+
 def test_nan_loss_raises_before_the_optimizer_steps():
-    steps = []
-
-    class Strategy:
-        lr = 0.1
-
-        def backward(self, loss, last=True):
-            pass
-
-        def step(self):
-            steps.append(1)
-            return 0.0
-
+    w = torch.nn.Parameter(torch.tensor(1.0))
     groups = [Group(None, None, [[1, 2], [3]], ["a", "b"], rewards=[0.0, 1.0])]
     exp = build_experience(groups, 2, pad_id=0)
     with pytest.raises(TrainingDiverged, match="actor loss is nan"):
-        _epochs(exp, 1, 2, 2, 0, Strategy(), lambda mb: LossOutput(torch.tensor(math.nan), {}), prefix="actor")
-    assert steps == []
+        _epochs(exp, 1, 2, 2, 0, _local_strategy(w), lambda mb: LossOutput(w * math.nan, {}), prefix="actor")
+    assert float(w) == 1.0 and w.grad is None  # stopped before backward and step
+
+
+@pytest.mark.parametrize("mode, expected_grad", [
+    # responses [4] and [1, 1, 1] (token values c), per-token loss w * c, one sequence per micro-batch:
+    #   token-mean over the minibatch: (4 + 1 + 1 + 1) / 4 tokens = 1.75
+    #   (the mean of the micro-batches' own token means would be (4/1 + 3/3) / 2 = 2.5)
+    #   seq-mean-token-mean: (4/1 + 3/3) / 2 = 2.5;  seq-mean-token-sum: (4 + 3) / 2 = 3.5
+    ("token-mean", 1.75), ("seq-mean-token-mean", 2.5), ("seq-mean-token-sum", 3.5)])
+def test_minibatch_loss_is_aggregated_over_all_its_micro_batches(mode, expected_grad):
+    from asr_rl.trainer.losses import aggregate_loss
+
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    exp = build_experience([Group(None, None, [[4], [1, 1, 1]], ["a", "b"], rewards=[0.0, 1.0])], 2, pad_id=0)
+    grads = []
+    strategy = _local_strategy(w)
+    step = strategy.step
+    strategy.step = lambda: (grads.append(float(w.grad)), step())[1]  # read the gradient the step applies
+    loss_fn = lambda mb: LossOutput(aggregate_loss(w * mb.response_ids.float(), mb.response_mask, mode), {})  # noqa: E731
+    _epochs(exp, 1, 1, 2, 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
+    assert grads == [pytest.approx(expected_grad)]
 
 
 @pytest.mark.parametrize("overrides, message", [

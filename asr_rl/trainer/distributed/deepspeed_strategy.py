@@ -84,6 +84,14 @@ class DeepSpeedStrategy:
         norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else 0.0
 
+    def mean_over_ranks(self, x: float) -> float:
+        """The mean of `x` over the data-parallel ranks (an all-reduce: every rank calls it together)."""
+        import torch.distributed as dist
+
+        t = torch.tensor([float(x)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t) / dist.get_world_size()
+
     @property
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
