@@ -33,6 +33,8 @@ class AdvantageInputs:
         gamma: discount factor.
         lambd: GAE lambda (OpenRLHF's spelling).
         eps: added to the group std in "group_norm".
+        std_norm: the batch whitening of "reinforce" / "reinforce_baseline" divides by the std;
+            False = it only subtracts the mean (a mean-only baseline).
     """
 
     rewards: Tensor
@@ -43,6 +45,7 @@ class AdvantageInputs:
     gamma: float = 1.0
     lambd: float = 1.0
     eps: float = 1e-6
+    std_norm: bool = True
 
 
 @dataclass
@@ -131,7 +134,8 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     return var
 
 
-def whiten(x: Tensor, mask: Tensor | None = None, shift_mean: bool = True, *, unbiased: bool = True) -> Tensor:
+def whiten(x: Tensor, mask: Tensor | None = None, shift_mean: bool = True, *, unbiased: bool = True,
+           scale: bool = True) -> Tensor:
     """Normalise `x` to unit variance over the valid positions (torchtune/TRL `whiten`).
 
     ``(x - mean) * rsqrt(max(var, 1e-8))``; the variance floor is OpenRLHF's
@@ -144,13 +148,14 @@ def whiten(x: Tensor, mask: Tensor | None = None, shift_mean: bool = True, *, un
             the scale changes. NOTE: torchtune's copy adds the mean back when shift_mean=True, the
             opposite of TRL; we keep TRL's meaning, which matches the flag's name.
         unbiased: see `masked_var`; OpenRLHF's advantage normalisation uses the population variance.
+        scale: False = centre only, no division by the std (OpenRLHF `--algo.advantage.no_std_norm`).
     """
     if mask is None:
         mask = torch.ones_like(x, dtype=torch.bool)
     m = mask.bool()
     mean = masked_mean(x, m)
     var = masked_var(x, m, unbiased=unbiased)
-    out = (x - mean) * var.clamp(min=1e-8).rsqrt()
+    out = (x - mean) * var.clamp(min=1e-8).rsqrt() if scale else x - mean
     if not shift_mean:
         out = out + mean
     return torch.where(m, out, torch.zeros_like(out))
@@ -274,7 +279,8 @@ def _reinforce_style(x: AdvantageInputs, shaped: Tensor, whiten_adv: bool) -> Ad
     ret = discounted_returns(tok, x.response_mask, x.gamma)
     # OpenRLHF `_normalize_advantages` subtracts the masked batch mean and divides by the population
     # std (var.clamp(min=1e-8).rsqrt()) over all valid tokens, for reinforce AND reinforce_baseline.
-    adv = whiten(ret, x.response_mask, shift_mean=True, unbiased=False) if whiten_adv else ret.clone()
+    adv = (whiten(ret, x.response_mask, shift_mean=True, unbiased=False, scale=x.std_norm) if whiten_adv
+           else ret.clone())
     return AdvantageOutput(advantages=adv, returns=ret, shaped_rewards=shaped)
 
 

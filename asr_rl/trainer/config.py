@@ -154,6 +154,8 @@ class AlgoConfig:
         value_clip: critic value clip range (PPO).
         max_epochs: passes over each rollout's experience.
         normalize_gae_advantages: whiten GAE advantages over the batch (OpenRLHF does for gae).
+        advantage_std_norm: the batch whitening of gae / reinforce / reinforce_baseline divides by
+            the std; false = subtract the mean only (OpenRLHF `--algo.advantage.no_std_norm`).
         sft_coef: weight of the cross-entropy on each utterance's reference transcript, added to the
             policy loss (0 = pure RL). Sequence-level ASR training interpolates with CE for
             stability (MWER + CE, Prabhavalkar et al. 2018, arXiv:1712.01818); PPO-ptx does the same
@@ -180,6 +182,7 @@ class AlgoConfig:
     value_clip: float = 0.2
     max_epochs: int = 1
     normalize_gae_advantages: bool = True
+    advantage_std_norm: bool = True
     sft_coef: float = 0.0
 
     def __post_init__(self) -> None:

@@ -117,10 +117,12 @@ class RLTrainer:
                     kl_penalty = self.kl_ctl.value * kl
         out = compute_advantages(a.advantage_estimator, AdvantageInputs(
             rewards=clip_rewards(exp.rewards, a.reward_clip_range), response_mask=mask, group_size=exp.group_size,
-            values=exp.values, kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps))
+            values=exp.values, kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps,
+            std_norm=a.advantage_std_norm))
         exp.advantages, exp.returns = out.advantages, out.returns
         if a.advantage_estimator == "gae" and a.normalize_gae_advantages:
-            exp.advantages = whiten(exp.advantages, mask, unbiased=False)  # OpenRLHF: population variance
+            exp.advantages = whiten(exp.advantages, mask, unbiased=False,  # OpenRLHF: population variance
+                                    scale=a.advantage_std_norm)
         metrics["advantages/mean"] = float(masked_mean(exp.advantages, mask))
         metrics["advantages/abs_mean"] = float(masked_mean(exp.advantages.abs(), mask))
         return metrics

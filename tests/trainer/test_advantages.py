@@ -183,6 +183,15 @@ def test_reinforce_baseline_subtracts_group_mean_then_batch_mean_and_std():
     _close(out.advantages, [[a, a, a], [b, 0.0, 0.0]])
 
 
+def test_mean_only_baseline_centres_without_dividing_by_the_std():
+    # as test_reinforce_baseline...: mean 0.25 over the valid tokens -> adv = returns - 0.25:
+    #   [0.25, 0.25, 0.25], [-0.75, pad, pad]   (OpenRLHF --algo.advantage.no_std_norm)
+    out = compute_advantages("reinforce_baseline", AdvantageInputs(
+        rewards=torch.tensor([1.0, 0.0]), response_mask=_mask([3, 1], 3), group_size=2, std_norm=False))
+    _close(out.advantages, [[0.25, 0.25, 0.25], [-0.75, 0.0, 0.0]])
+    _close(whiten(torch.tensor([[1.0, 3.0]]), scale=False), [[-1.0, 1.0]])
+
+
 # --------------------------------------------------------------------------- gae
 
 
