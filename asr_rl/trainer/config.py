@@ -133,7 +133,8 @@ class AlgoConfig:
 
     Attributes:
         advantage_estimator: gae | group_norm | dr_grpo | rloo | reinforce | reinforce_baseline.
-        policy_loss: ppo (token ratio) | gspo (sequence ratio).
+        policy_loss: ppo (token ratio) | gspo (sequence ratio, sequence gradient) | gspo_token (sequence
+            ratio, token gradient).
         eps_clip: symmetric clip range of the ratio.
         eps_clip_low_high: asymmetric [low, high] clip range; overrides eps_clip when set.
         dual_clip: dual-clip constant c > 1 for negative advantages (null = off).

@@ -19,7 +19,7 @@ from asr_rl.trainer.advantages import masked_mean
 
 __all__ = [
     "LossOutput", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
-    "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "POLICY_LOSSES", "KL_ESTIMATORS", "kl_estimate",
+    "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "POLICY_LOSSES", "KL_ESTIMATORS", "kl_estimate",
     "kl_loss", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
 ]
 
@@ -188,13 +188,11 @@ def ppo_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Te
 def gspo_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
                      eps_clip_low: float = 0.2, eps_clip_high: float = 0.2, dual_clip: float | None = None,
                      loss_agg_mode: str = "token-mean") -> LossOutput:
-    """GSPO (Zheng et al. 2025, arXiv:2507.18071): a sequence-level ratio
-    s_i = exp(mean_t (logp - old_logp)) over the valid tokens, clipped like PPO.
-
-    Written in the paper's GSPO-token form s_i,t = sg[s_i] * exp(logp_t - sg[logp_t]): its value is
-    s_i at every token, and its gradient s_i * grad(logp_t) flows per token. With
-    loss_agg_mode="seq-mean-token-mean" and per-sequence advantages this is exactly the paper's GSPO
-    gradient; the paper's clip range is much smaller than PPO's (eps ~ 3e-4 / 4e-4).
+    """GSPO (Zheng et al. 2025, arXiv:2507.18071, eq. 5-7): one ratio per sequence,
+    s_i = exp(mean_t (logp_t - old_logp_t)) over the valid tokens, clipped like PPO; its gradient is
+    s_i * mean_t grad(logp_t) (the paper's sequence-level gradient, OpenRLHF's `gspo`). The ratio is
+    broadcast over the tokens; with loss_agg_mode="seq-mean-token-mean" the loss is the paper's
+    mean over sequences. The paper's clip range is much smaller than PPO's (eps ~ 3e-4 / 4e-4).
 
     Args:
         logp: ``(N, T)`` current log-probs (with grad).
@@ -206,11 +204,35 @@ def gspo_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: T
     Returns:
         `LossOutput` with the same metrics as "ppo" (ratios are the sequence ratios, per token).
     """
+    return _gspo(logp, old_logp, advantages, mask, eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode,
+                 token_gradient=False)
+
+
+@register_policy_loss("gspo_token")
+def gspo_token_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                           eps_clip_low: float = 0.2, eps_clip_high: float = 0.2, dual_clip: float | None = None,
+                           loss_agg_mode: str = "token-mean") -> LossOutput:
+    """GSPO-token (Zheng et al. 2025, arXiv:2507.18071, eq. 13-14): s_i,t = sg[s_i] * exp(logp_t -
+    sg[logp_t]), the value s_i at every token and the gradient s_i * grad(logp_t) per token, so that
+    token-level advantages (a KL penalty in the reward, GAE) weigh their own tokens. With one advantage
+    per sequence its gradient equals "gspo"'s.
+
+    Args and returns as `gspo_policy_loss`.
+    """
+    return _gspo(logp, old_logp, advantages, mask, eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode,
+                 token_gradient=True)
+
+
+def _gspo(logp, old_logp, advantages, mask, eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode,
+          token_gradient: bool) -> LossOutput:
     m = mask.bool()
     lp = _where(m, logp)
     log_ratio = lp - _where(m, old_logp)
-    seq_log_ratio = log_ratio.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (N,) log s_i
-    log_s = seq_log_ratio.detach().unsqueeze(-1) + lp - lp.detach()  # value log s_i, grad of logp_t
+    seq_log_ratio = (log_ratio.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)).unsqueeze(-1)  # (N, 1) log s_i
+    if token_gradient:
+        log_s = seq_log_ratio.detach() + lp - lp.detach()  # value log s_i, gradient of logp_t
+    else:
+        log_s = seq_log_ratio.expand_as(lp)  # value and gradient of log s_i at every token
     ratio = torch.exp(log_s.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     return _clipped_surrogate(ratio, log_ratio, _where(m, advantages), m, eps_clip_low, eps_clip_high, dual_clip,
                               loss_agg_mode)

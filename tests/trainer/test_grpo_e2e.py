@@ -88,7 +88,7 @@ def test_killed_after_step_2_resumes_to_the_same_step_3(tiny_model, tiny_corpus,
 
 @pytest.mark.parametrize("extra", [
     ["advantage_estimator=dr_grpo"], ["advantage_estimator=rloo"], ["advantage_estimator=reinforce"],
-    ["advantage_estimator=reinforce_baseline"], ["policy_loss=gspo", "loss_agg_mode=seq-mean-token-mean"],
+    ["advantage_estimator=reinforce_baseline"], ["policy_loss=gspo", "loss_agg_mode=seq-mean-token-mean"], ["policy_loss=gspo_token"],
     ["use_kl_loss=false", "init_kl_coef=0.05", "max_epochs=2", "dual_clip=3.0", "eps_clip_low_high=[0.2,0.28]"],
     ["algo.sft_coef=0.5"],
 ])

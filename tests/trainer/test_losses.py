@@ -168,7 +168,8 @@ def test_ppo_loss_agg_mode_passes_through():
 # --------------------------------------------------------------------------- gspo
 
 
-def test_gspo_sequence_ratio_by_hand():
+@pytest.mark.parametrize("name", ["gspo", "gspo_token"])
+def test_gspo_sequence_ratio_by_hand(name):
     # row 0 log-ratios [0.2, 0.4, pad] -> s0 = exp(0.3) = 1.349859; row 1 [-0.1, pad, pad] -> s1 = exp(-0.1) = 0.904837
     # A row 0 = +1: s0 > 1.2 -> clipped, loss -1.2 at both tokens, grad 0
     # A row 1 = -1: s1 inside [0.8, 1.2] -> loss 0.904837
@@ -177,7 +178,7 @@ def test_gspo_sequence_ratio_by_hand():
     logp = _t([[-0.8, -1.6, -INF], [-1.1, -INF, -INF]]).requires_grad_()
     adv = _t([[1.0, 1.0, NAN], [-1.0, NAN, NAN]])
     mask = _t([[1, 1, 0], [1, 0, 0]])
-    out = compute_policy_loss("gspo", logp, old, adv, mask)
+    out = compute_policy_loss(name, logp, old, adv, mask)
     s0, s1 = math.exp(0.3), math.exp(-0.1)
     _close(out.loss, (-2.4 + s1) / 3)
     _close(out.metrics["policy/ratio_max"], s0)
@@ -190,7 +191,8 @@ def test_gspo_sequence_ratio_by_hand():
     _close(logp.grad, [[0.0, 0.0, 0.0], [s1 / 3, 0.0, 0.0]])
 
 
-def test_gspo_token_form_gradient_equals_sequence_objective():
+@pytest.mark.parametrize("name", ["gspo", "gspo_token"])
+def test_gspo_gradient_equals_the_sequence_objective_with_sequence_advantages(name):
     # Unclipped, seq-mean-token-mean: grad of GSPO-token == grad of -mean_i A_i * exp(mean_t log-ratio).
     g = torch.Generator().manual_seed(0)
     old = -torch.rand(3, 4, generator=g, dtype=torch.float64)
@@ -199,12 +201,26 @@ def test_gspo_token_form_gradient_equals_sequence_objective():
     seq_adv = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
     adv = seq_adv[:, None].expand(3, 4)
     lp = base.clone().requires_grad_()
-    compute_policy_loss("gspo", lp, old, adv, mask, eps_clip_low=10.0, eps_clip_high=10.0,
+    compute_policy_loss(name, lp, old, adv, mask, eps_clip_low=10.0, eps_clip_high=10.0,
                         loss_agg_mode="seq-mean-token-mean").loss.backward()
     ref = base.clone().requires_grad_()
     s = torch.exp(((ref - old) * mask).sum(-1) / mask.sum(-1))
     (-(seq_adv * s).mean()).backward()
     torch.testing.assert_close(lp.grad, ref.grad * mask)
+
+
+def test_gspo_sequence_and_token_gradients_differ_with_token_advantages():
+    # one sequence, 2 tokens, logp = old (s = 1), token advantages [1, 3], token-mean, unclipped:
+    #   gspo (sequence): loss = -(1 * s + 3 * s) / 2, ds/dlp_t = s / 2 -> grad = -(4 / 2) / 2 = -1 per token
+    #   gspo_token:      token t's loss -A_t * s_t with ds_t/dlp_t = 1 -> grad = -A_t / 2 = [-0.5, -1.5]
+    old, adv, mask = _t([[-1.0, -2.0]]), _t([[1.0, 3.0]]), _t([[1, 1]])
+    grads = {}
+    for name in ("gspo", "gspo_token"):
+        lp = old.clone().requires_grad_()
+        compute_policy_loss(name, lp, old, adv, mask).loss.backward()
+        grads[name] = lp.grad
+    _close(grads["gspo"], [[-1.0, -1.0]])
+    _close(grads["gspo_token"], [[-0.5, -1.5]])
 
 
 # --------------------------------------------------------------------------- nan safety
@@ -231,8 +247,8 @@ def test_neg_inf_padding_gives_finite_loss_and_zero_grad(name, mode):
 
 
 def test_policy_registry(monkeypatch):
-    assert set(POLICY_LOSSES) == {"ppo", "gspo"}
-    with pytest.raises(ValueError, match="unknown policy loss 'vanilla'; valid: gspo, ppo"):
+    assert set(POLICY_LOSSES) == {"ppo", "gspo", "gspo_token"}
+    with pytest.raises(ValueError, match="unknown policy loss 'vanilla'; valid: gspo, gspo_token, ppo"):
         get_policy_loss_fn("vanilla")
     monkeypatch.setattr(loss_mod, "_POLICY_LOSSES", dict(loss_mod._POLICY_LOSSES))
 
