@@ -13,25 +13,21 @@ from collections.abc import Callable
 
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
 from asr_rl.evaluation.metrics import keyword_hits
+from asr_rl.registry import Registry
 from asr_rl.rewards.base import RewardError, Sample
 from asr_rl.rewards.normalize import cer, char_errors, is_cjk, normalize_text, wer, word_errors
 
 TermFn = Callable[..., list[float]]
-TERMS: dict[str, TermFn] = {}
+# A term maps a batch of `Sample`s to one score per sample, each from its own sample only.
+TERMS: Registry[TermFn] = Registry("reward term")
 
 
-def register_term(name: str):
-    def wrap(fn: TermFn) -> TermFn:
-        TERMS[name] = fn
-        return fn
-    return wrap
+def register_term(name: str) -> Callable[[TermFn], TermFn]:
+    return TERMS.register(name)
 
 
 def get_term(name: str) -> TermFn:
-    try:
-        return TERMS[name]
-    except KeyError:
-        raise ValueError(f"unknown reward term {name!r}; valid terms: {', '.join(sorted(TERMS))}") from None
+    return TERMS.get(name)
 
 
 def error_rate(s: Sample) -> float:

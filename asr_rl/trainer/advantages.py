@@ -18,6 +18,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from asr_rl.registry import Registry
+
 
 @dataclass
 class AdvantageInputs:
@@ -33,8 +35,10 @@ class AdvantageInputs:
         gamma: discount factor.
         lambd: GAE lambda (OpenRLHF's spelling).
         eps: added to the group std in "group_norm".
-        std_norm: the batch whitening of "reinforce" / "reinforce_baseline" divides by the std;
-            False = it only subtracts the mean (a mean-only baseline).
+        std_norm: the batch whitening of "gae" / "reinforce" / "reinforce_baseline" divides by the
+            std; False = it only subtracts the mean (a mean-only baseline).
+        whiten_gae: "gae" whitens its advantages over the batch (OpenRLHF does; off by default so
+            that the function alone is plain GAE).
     """
 
     rewards: Tensor
@@ -46,6 +50,7 @@ class AdvantageInputs:
     lambd: float = 1.0
     eps: float = 1e-6
     std_norm: bool = True
+    whiten_gae: bool = False
 
 
 @dataclass
@@ -62,30 +67,41 @@ class AdvantageOutput:
 
 
 AdvantageFn = Callable[[AdvantageInputs], AdvantageOutput]
-_REGISTRY: dict[str, AdvantageFn] = {}
-
-# Estimators whose baseline is computed over the n samples of a prompt.
-GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
 
 
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator that registers an estimator under `name` (verl's `@register_adv_est`)."""
+@dataclass(frozen=True)
+class AdvantageSpec:
+    """What an estimator needs and how it behaves; the config and the trainer read only this.
 
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in _REGISTRY and _REGISTRY[name] is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        _REGISTRY[name] = fn
-        return fn
+    Attributes:
+        needs_critic: it reads `values` (the trainer builds a critic and runs PPO's value update).
+        grouped: its baseline is over the n samples of a prompt (needs n_samples_per_prompt >= 2;
+            ties carry no signal, so dynamic filtering is on by default).
+        batch_whitened: its advantages are whitened over the batch's valid tokens.
+        gamma: how `gamma` is used (documentation).
+    """
 
-    return deco
+    needs_critic: bool = False
+    grouped: bool = False
+    batch_whitened: bool = False
+    gamma: str = "discounts the token rewards' reward-to-go (default 1.0: the sequence reward everywhere)"
+
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage_estimator", AdvantageSpec)
+
+
+def register_advantage(name: str, **spec) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator that registers an estimator under `name` with its `AdvantageSpec` fields."""
+    return ADVANTAGE_ESTIMATORS.register(name, **spec)
 
 
 def get_advantage_fn(name: str) -> AdvantageFn:
     """The estimator registered as `name`; ValueError listing the valid names otherwise."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown advantage_estimator {name!r}; valid: {', '.join(sorted(_REGISTRY))}") from None
+    return ADVANTAGE_ESTIMATORS.get(name)
+
+
+def advantage_spec(name: str) -> AdvantageSpec:
+    return ADVANTAGE_ESTIMATORS.spec(name)
 
 
 def compute_advantages(name: str, inputs: AdvantageInputs) -> AdvantageOutput:
@@ -308,12 +324,14 @@ def _check_inputs(x: AdvantageInputs) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-@register_advantage("gae")
+@register_advantage("gae", needs_critic=True, batch_whitened=True,
+                    gamma="discounts the TD errors and returns, with lambd (GAE)")
 def gae(x: AdvantageInputs) -> AdvantageOutput:
     """PPO with a critic: GAE (Schulman et al. 2015, arXiv:1506.02438) on token rewards
     (-kl_penalty everywhere, the sequence reward at the last token), returns = advantages + values.
 
-    Not whitened here: OpenRLHF whitens in the trainer; callers use `whiten(adv, mask, unbiased=False)`.
+    Whitened over the batch's valid tokens (population variance, as OpenRLHF's trainer does) when
+    `x.whiten_gae`; the returns are not.
 
     Args:
         x: `AdvantageInputs` with `values` ``(N, T)`` set.
@@ -324,10 +342,12 @@ def gae(x: AdvantageInputs) -> AdvantageOutput:
     r = _float_rewards(x)
     tok = token_rewards(r, x.response_mask, x.kl_penalty)
     adv, ret = gae_advantages(tok, x.values, x.response_mask, x.gamma, x.lambd)
+    if x.whiten_gae:
+        adv = whiten(adv, x.response_mask, unbiased=False, scale=x.std_norm)
     return AdvantageOutput(advantages=adv, returns=ret, shaped_rewards=r)
 
 
-@register_advantage("reinforce")
+@register_advantage("reinforce", batch_whitened=True)
 def reinforce(x: AdvantageInputs) -> AdvantageOutput:
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): no baseline; returns = discounted reward-to-go of the
     token rewards; advantages = returns whitened over all valid tokens of the batch.
@@ -338,7 +358,7 @@ def reinforce(x: AdvantageInputs) -> AdvantageOutput:
     return _reinforce_style(x, _float_rewards(x), whiten_adv=True)
 
 
-@register_advantage("reinforce_baseline")
+@register_advantage("reinforce_baseline", grouped=True, batch_whitened=True)
 def reinforce_baseline(x: AdvantageInputs) -> AdvantageOutput:
     """REINFORCE++-baseline (Hu 2025, arXiv:2501.03262): r' = r - mean_group, then as "reinforce"
     (returns whitened over the batch's valid tokens, mean subtracted again as OpenRLHF does).
@@ -354,7 +374,7 @@ def reinforce_baseline(x: AdvantageInputs) -> AdvantageOutput:
     return _reinforce_style(x, shaped, whiten_adv=True)
 
 
-@register_advantage("group_norm")
+@register_advantage("group_norm", grouped=True)
 def group_norm(x: AdvantageInputs) -> AdvantageOutput:
     """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300): r' = (r - mean_group) / (std_group + eps),
     then advantages = returns = reward-to-go of the token rewards (r' at the last token, minus kl_penalty).
@@ -370,7 +390,7 @@ def group_norm(x: AdvantageInputs) -> AdvantageOutput:
     return _reinforce_style(x, shaped, whiten_adv=False)
 
 
-@register_advantage("dr_grpo")
+@register_advantage("dr_grpo", grouped=True)
 def dr_grpo(x: AdvantageInputs) -> AdvantageOutput:
     """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783):
     r' = r - mean_group, no division by the std (which biases towards easy/hard prompts); then as
@@ -385,7 +405,7 @@ def dr_grpo(x: AdvantageInputs) -> AdvantageOutput:
     return _reinforce_style(x, shaped, whiten_adv=False)
 
 
-@register_advantage("rloo")
+@register_advantage("rloo", grouped=True)
 def rloo(x: AdvantageInputs) -> AdvantageOutput:
     """RLOO (Ahmadian et al. 2024, arXiv:2402.14740; Kool et al. 2019, "Buy 4 REINFORCE samples, get a
     baseline for free"): r'_j = r_j - (sum_group - r_j) / (n - 1), the mean of the other n-1 samples;
@@ -400,5 +420,5 @@ def rloo(x: AdvantageInputs) -> AdvantageOutput:
     return _reinforce_style(x, shaped, whiten_adv=False)
 
 
-# Registration order, as OpenRLHF lists the `advantage_estimator` choices.
-ADVANTAGE_ESTIMATORS = tuple(_REGISTRY)
+# Estimators whose baseline is computed over the n samples of a prompt (the built-ins).
+GROUP_ESTIMATORS = ADVANTAGE_ESTIMATORS.where(grouped=True)

@@ -187,11 +187,28 @@ class AlgoConfig:
     sft_coef: float = 0.0
 
     def __post_init__(self) -> None:
+        # checked against the registries at load time, before any model loads
+        from asr_rl.trainer.advantages import ADVANTAGE_ESTIMATORS
+        from asr_rl.trainer.losses import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
+
+        ADVANTAGE_ESTIMATORS.check(self.advantage_estimator)
+        POLICY_LOSSES.check(self.policy_loss)
+        for name, value, valid in (("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
+                                   ("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)):
+            if value not in valid:
+                raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
         r = self.reward_clip_range
         if r is not None and (len(r) != 2 or not r[0] < r[1]):
             raise ValueError(f"algo.reward_clip_range must be [low, high] with low < high, got {list(r)}")
         if not self.group_std_eps > 0:
             raise ValueError(f"algo.group_std_eps must be > 0, got {self.group_std_eps}")
+
+    @property
+    def spec(self):
+        """The advantage estimator's `AdvantageSpec` (what it needs: a critic, groups of n)."""
+        from asr_rl.trainer.advantages import advantage_spec
+
+        return advantage_spec(self.advantage_estimator)
 
 
 @dataclass(frozen=True)
@@ -280,9 +297,6 @@ class DistributedConfig:
         return not (self.colocate_all and self.colocate_critic)
 
 
-GROUP_ESTIMATORS_NEEDING_N = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
-
-
 @dataclass(frozen=True)
 class RLConfig(RunConfig):
     """`asr-rl train grpo|ppo`: the RL loop (same loop on both backends).
@@ -313,7 +327,7 @@ class RLConfig(RunConfig):
 
     def __post_init__(self) -> None:
         n, b = self.rollout.n_samples_per_prompt, self.rollout.rollout_batch_size
-        if self.algo.advantage_estimator in GROUP_ESTIMATORS_NEEDING_N and n < 2:
+        if self.algo.spec.grouped and n < 2:
             raise ValueError(f"advantage_estimator {self.algo.advantage_estimator} normalises within a group and "
                              f"needs n_samples_per_prompt >= 2, got {n}")
         total = n * b
@@ -335,5 +349,5 @@ class RLConfig(RunConfig):
     @property
     def dynamic_filtering(self) -> bool:
         if self.rollout.dynamic_filtering is None:
-            return self.algo.advantage_estimator in GROUP_ESTIMATORS_NEEDING_N
+            return self.algo.spec.grouped
         return self.rollout.dynamic_filtering

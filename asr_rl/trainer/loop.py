@@ -12,11 +12,11 @@ from tqdm import tqdm
 
 from asr_rl.models.sampling import sequence_seed
 from asr_rl.rewards.base import check_output
-from asr_rl.trainer.advantages import AdvantageInputs, clip_rewards, compute_advantages, whiten
+from asr_rl.trainer.advantages import AdvantageInputs, clip_rewards, compute_advantages
 from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, rng_state, save_checkpoint, save_final,
                                        set_rng_state)
 from asr_rl.trainer.config import RLConfig
-from asr_rl.trainer.losses import AdaptiveKLController, FixedKLController, kl_estimate, masked_mean
+from asr_rl.trainer.losses import AdaptiveKLController, FixedKLController, masked_mean, reward_kl_penalty
 from asr_rl.trainer.metrics import timer
 from asr_rl.trainer.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
                                     merge_reward_outputs)
@@ -106,23 +106,13 @@ class RLTrainer:
     def compute_advantages(self, exp: Experience) -> dict[str, float]:
         a = self.cfg.algo
         mask = exp.response_mask
-        metrics: dict[str, float] = {}
-        kl_penalty = None
-        if exp.ref_logp is not None:
-            logp = exp.old_logp if exp.old_logp is not None else None
-            if logp is not None:
-                kl = kl_estimate(logp, exp.ref_logp, a.kl_estimator, a.kl_clamp).masked_fill(mask == 0, 0.0)
-                metrics["kl/mean"] = float(masked_mean(kl, mask))
-                if not a.use_kl_loss:
-                    kl_penalty = self.kl_ctl.value * kl
+        kl_penalty, metrics = reward_kl_penalty(exp.old_logp, exp.ref_logp, mask, a.kl_estimator, a.kl_clamp,
+                                                coef=0.0 if a.use_kl_loss else self.kl_ctl.value)
         out = compute_advantages(a.advantage_estimator, AdvantageInputs(
             rewards=clip_rewards(exp.rewards, a.reward_clip_range), response_mask=mask, group_size=exp.group_size,
             values=exp.values, kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps,
-            std_norm=a.advantage_std_norm))
+            std_norm=a.advantage_std_norm, whiten_gae=a.normalize_gae_advantages))
         exp.advantages, exp.returns = out.advantages, out.returns
-        if a.advantage_estimator == "gae" and a.normalize_gae_advantages:
-            exp.advantages = whiten(exp.advantages, mask, unbiased=False,  # OpenRLHF: population variance
-                                    scale=a.advantage_std_norm)
         metrics["advantages/mean"] = float(masked_mean(exp.advantages, mask))
         metrics["advantages/abs_mean"] = float(masked_mean(exp.advantages.abs(), mask))
         return metrics

@@ -15,12 +15,13 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from asr_rl.registry import Registry
 from asr_rl.trainer.advantages import masked_mean
 
 __all__ = [
     "LossOutput", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
     "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "POLICY_LOSSES", "KL_ESTIMATORS", "kl_estimate",
-    "kl_loss", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
+    "kl_loss", "reward_kl_penalty", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
 ]
 
 
@@ -84,30 +85,22 @@ def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
 # ---------------------------------------------------------------------------------------------------
 
 PolicyLossFn = Callable[..., LossOutput]
-_POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 
 # exp() of a log-ratio above this overflows quickly; verl clamps the log-ratio to +-20 the same way.
 _MAX_LOG_RATIO = 20.0
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator that registers a policy loss under `name` (verl `@register_policy_loss`)."""
-
-    def deco(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in _POLICY_LOSSES and _POLICY_LOSSES[name] is not fn:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        _POLICY_LOSSES[name] = fn
-        return fn
-
-    return deco
+    """Decorator that registers a policy loss under `name` (verl `@register_policy_loss`). A loss is
+    called as `fn(logp, old_logp, advantages, mask, *, eps_clip_low, eps_clip_high, dual_clip,
+    loss_agg_mode)` with ``(N, T)`` tensors and returns a `LossOutput`."""
+    return POLICY_LOSSES.register(name)
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
     """The policy loss registered as `name`; ValueError listing the valid names otherwise."""
-    try:
-        return _POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy loss {name!r}; valid: {', '.join(sorted(_POLICY_LOSSES))}") from None
+    return POLICY_LOSSES.get(name)
 
 
 def compute_policy_loss(name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
@@ -238,8 +231,6 @@ def _gspo(logp, old_logp, advantages, mask, eps_clip_low, eps_clip_high, dual_cl
                               loss_agg_mode)
 
 
-POLICY_LOSSES = tuple(_POLICY_LOSSES)
-
 
 # ---------------------------------------------------------------------------------------------------
 # KL to the reference policy
@@ -305,6 +296,29 @@ def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
     kl = kl_estimate(_where(m, logp), _where(m, ref_logp), estimator, clamp)
     loss = aggregate_loss(kl, m, loss_agg_mode)
     return LossOutput(loss=loss, metrics={"kl/loss": loss.item()})
+
+
+def reward_kl_penalty(old_logp: Tensor | None, ref_logp: Tensor | None, mask: Tensor, estimator: str = "k3",
+                      clamp: float | None = 10.0, coef: float = 0.0) -> tuple[Tensor | None, dict[str, float]]:
+    """The per-token KL penalty subtracted from the token rewards (PPO's KL in the reward, Ziegler
+    et al. 2019, arXiv:1909.08593) and the measured KL, from the rollout's log-probs.
+
+    Args:
+        old_logp: ``(N, T)`` log-probs of the policy that sampled, or None (not computed).
+        ref_logp: ``(N, T)`` reference log-probs, or None (no reference).
+        mask: ``(N, T)`` response mask.
+        estimator, clamp: as `kl_estimate`.
+        coef: KL coefficient of the penalty; 0 = KL measured only (it is in the loss instead).
+
+    Returns:
+        (``(N, T)`` coef * kl zero at padding, or None when coef is 0 or nothing to measure;
+        {"kl/mean": masked mean KL} when measured, else {}).
+    """
+    if old_logp is None or ref_logp is None:
+        return None, {}
+    m = mask.bool()
+    kl = _where(m, kl_estimate(_where(m, old_logp), _where(m, ref_logp), estimator, clamp))
+    return (coef * kl if coef else None), {"kl/mean": float(masked_mean(kl, m))}
 
 
 # ---------------------------------------------------------------------------------------------------

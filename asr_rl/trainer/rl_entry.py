@@ -26,8 +26,8 @@ def load_rl_config(algo: str, config: str | None, overrides: list[str]) -> RLCon
     if algo not in PRESETS:
         raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(PRESETS)}")
     cfg = load_config(RLConfig, config, [*PRESETS[algo], *overrides])
-    if cfg.algo.advantage_estimator == "gae" and algo != "ppo":
-        raise ValueError("advantage_estimator=gae needs a critic: use `asr-rl train ppo`")
+    if cfg.algo.spec.needs_critic and algo != "ppo":
+        raise ValueError(f"advantage_estimator={cfg.algo.advantage_estimator} needs a critic: use `asr-rl train ppo`")
     return cfg
 
 
@@ -99,7 +99,7 @@ def build_workers(cfg: RLConfig, ctx, algo: str):
     from asr_rl.trainer.workers import LocalWorkers
 
     policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=False)
-    critic = build_critic(cfg, ctx.device, False, policy) if cfg.algo.advantage_estimator == "gae" else None
+    critic = build_critic(cfg, ctx.device, False, policy) if cfg.algo.spec.needs_critic else None
     engine = None
     if cfg.rollout.engine == "vllm":
         from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine

@@ -33,5 +33,5 @@ def build_text_workers(cfg: RLConfig, ctx):
     from asr_rl.trainer.workers import LocalWorkers
 
     policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=True)
-    critic = build_critic(cfg, ctx.device, True, policy) if cfg.algo.advantage_estimator == "gae" else None
+    critic = build_critic(cfg, ctx.device, True, policy) if cfg.algo.spec.needs_critic else None
     return LocalWorkers(cfg, policy, critic)

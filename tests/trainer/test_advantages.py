@@ -289,18 +289,32 @@ def test_bad_shapes_and_nan_rewards():
         compute_advantages("reinforce", AdvantageInputs(torch.tensor([0.0, NAN]), _mask([1, 1], 1), 1))
 
 
-def test_compute_advantages_goes_through_registry(monkeypatch):
-    monkeypatch.setattr(adv_mod, "_REGISTRY", dict(adv_mod._REGISTRY))
+def test_a_new_estimator_is_one_registry_entry_that_the_config_and_loop_see(monkeypatch):
+    from asr_rl.config import ConfigError, load_config
+    from asr_rl.trainer.config import RLConfig
 
-    @register_advantage("const")
-    def const(x: AdvantageInputs) -> AdvantageOutput:
-        z = torch.ones_like(x.response_mask, dtype=torch.float32)
-        return AdvantageOutput(z, z, x.rewards)
+    monkeypatch.setattr(ADVANTAGE_ESTIMATORS, "_entries", dict(ADVANTAGE_ESTIMATORS._entries))
 
-    out = compute_advantages("const", AdvantageInputs(torch.zeros(1), _mask([2], 2), 1))
-    _close(out.advantages, [[1.0, 1.0]])
+    @register_advantage("group_sign", grouped=True)
+    def group_sign(x: AdvantageInputs) -> AdvantageOutput:
+        """+1 above the group mean, -1 below, 0 at it."""
+        g = x.rewards.view(-1, x.group_size)
+        shaped = torch.sign(g - g.mean(dim=1, keepdim=True)).flatten()
+        adv = shaped[:, None] * x.response_mask
+        return AdvantageOutput(adv, adv, shaped)
+
+    # rewards [3, 1] (mean 2) -> [+1, -1] at every valid token
+    out = compute_advantages("group_sign", AdvantageInputs(torch.tensor([3.0, 1.0]), _mask([2, 1], 2), 2))
+    _close(out.advantages, [[1.0, 1.0], [-1.0, 0.0]])
+    assert "group_sign" in GROUP_ESTIMATORS or adv_mod.ADVANTAGE_ESTIMATORS.where(grouped=True)[-1] == "group_sign"
+    cfg = load_config(RLConfig, None, ["advantage_estimator=group_sign", "micro_train_batch_size=8"])
+    assert cfg.algo.spec.grouped and cfg.dynamic_filtering  # what the spec declares, the config reads
+    with pytest.raises(ConfigError, match="group_sign normalises within a group"):
+        load_config(RLConfig, None, ["advantage_estimator=group_sign", "n_samples_per_prompt=1"])
+    with pytest.raises(ConfigError, match="unknown advantage_estimator 'group_sgn'; valid: .*group_sign"):
+        load_config(RLConfig, None, ["advantage_estimator=group_sgn"])
     with pytest.raises(ValueError, match="already registered"):
-        register_advantage("const")(lambda x: x)
+        register_advantage("group_sign")(lambda x: x)
 
 
 # --------------------------------------------------------------------------- masked statistics, whiten
@@ -364,8 +378,15 @@ def test_group_norm_vectorised_matches_loop():
     torch.testing.assert_close(out.returns, expected, atol=1e-10, rtol=0)
 
 
-def test_module_imports_only_torch_and_stdlib():
-    tree = ast.parse(Path(adv_mod.__file__).read_text())
-    roots = {(a.name if isinstance(n, ast.Import) else n.module).split(".")[0]
-             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    assert roots <= {"__future__", "dataclasses", "typing", "torch"}, roots
+def _imports(path) -> set[str]:
+    tree = ast.parse(Path(path).read_text())
+    return {(a.name if isinstance(n, ast.Import) else n.module)
+            for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+
+
+def test_module_imports_only_torch_stdlib_and_the_registry():
+    import asr_rl.registry
+
+    mods = _imports(adv_mod.__file__)
+    assert {m.split(".")[0] for m in mods - {"asr_rl.registry"}} <= {"__future__", "dataclasses", "typing", "torch"}, mods
+    assert _imports(asr_rl.registry.__file__) <= {"__future__", "collections.abc", "dataclasses", "typing"}

@@ -23,6 +23,7 @@ from asr_rl.trainer.losses import (
     get_policy_loss_fn,
     kl_estimate,
     kl_loss,
+    reward_kl_penalty,
     register_policy_loss,
     value_loss,
 )
@@ -250,7 +251,7 @@ def test_policy_registry(monkeypatch):
     assert set(POLICY_LOSSES) == {"ppo", "gspo", "gspo_token"}
     with pytest.raises(ValueError, match="unknown policy loss 'vanilla'; valid: gspo, gspo_token, ppo"):
         get_policy_loss_fn("vanilla")
-    monkeypatch.setattr(loss_mod, "_POLICY_LOSSES", dict(loss_mod._POLICY_LOSSES))
+    monkeypatch.setattr(POLICY_LOSSES, "_entries", dict(POLICY_LOSSES._entries))
 
     @register_policy_loss("zero")
     def zero(logp, old_logp, advantages, mask, **kw):
@@ -375,4 +376,14 @@ def test_module_imports_only_torch_stdlib_and_advantages():
     tree = ast.parse(Path(loss_mod.__file__).read_text())
     mods = {(a.name if isinstance(n, ast.Import) else n.module)
             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    assert mods <= {"__future__", "dataclasses", "typing", "torch", "asr_rl.trainer.advantages"}, mods
+    assert mods <= {"__future__", "dataclasses", "typing", "torch", "asr_rl.registry", "asr_rl.trainer.advantages"}, mods
+
+
+def test_reward_kl_penalty_by_hand():
+    # old - ref = [0.5, pad]: k1 = 0.5, mean over the 1 valid token 0.5; penalty = 0.1 * 0.5 = 0.05
+    old, ref, mask = _t([[-1.0, -INF]]), _t([[-1.5, 0.0]]), _t([[1, 0]])
+    penalty, metrics = reward_kl_penalty(old, ref, mask, "k1", coef=0.1)
+    _close(penalty, [[0.05, 0.0]])
+    assert metrics == {"kl/mean": pytest.approx(0.5)}
+    assert reward_kl_penalty(old, ref, mask, "k1", coef=0.0)[0] is None  # KL in the loss: measured only
+    assert reward_kl_penalty(None, ref, mask) == (None, {})

@@ -31,7 +31,7 @@ class RayWorkers:
         self.cfg, self.text = cfg, text
         init_ray(num_cpus=d.ray_num_cpus)
         use_gpu = torch.cuda.is_available() and ctx.device == "cuda"
-        needs_ref, needs_critic = cfg.algo.init_kl_coef > 0, cfg.algo.advantage_estimator == "gae"
+        needs_ref, needs_critic = cfg.algo.init_kl_coef > 0, cfg.algo.spec.needs_critic
         sizes = {"trainer": d.actor_num_nodes * d.actor_num_gpus_per_node}
         if needs_ref and d.separate_ref:
             sizes["reference"] = d.ref_num_nodes * d.ref_num_gpus_per_node
