@@ -127,6 +127,9 @@ class RolloutConfig:
     max_filter_rounds: int = 3
 
 
+REWARD_AGGREGATIONS = ("sum", "normalize_then_sum")
+
+
 @dataclass(frozen=True)
 class AlgoConfig:
     """Advantages, policy loss and KL (OpenRLHF names).
@@ -149,6 +152,9 @@ class AlgoConfig:
             (OpenRLHF `--reward_clip_range`, default [-10, 10]); null = no clipping.
         group_std_eps: added to the group std of "group_norm" (verl 1e-6; OpenRLHF 1e-9). A mean-only
             baseline (no std division) is the "dr_grpo" estimator.
+        reward_aggregation: how the built-in reward terms combine before the advantage: "sum" (the
+            weighted sum, then the estimator) or "normalize_then_sum" (each term normalised within
+            its group, then the weighted sum: GDPO, TRL `multi_objective_aggregation`).
         entropy_coef: entropy bonus weight (0 = off).
         gamma: discount.
         lambd: GAE lambda.
@@ -177,6 +183,7 @@ class AlgoConfig:
     kl_clamp: float | None = 10.0
     reward_clip_range: tuple[float, ...] | None = (-10.0, 10.0)
     group_std_eps: float = 1e-6
+    reward_aggregation: str = "sum"
     entropy_coef: float = 0.0
     gamma: float = 1.0
     lambd: float = 1.0
@@ -202,6 +209,9 @@ class AlgoConfig:
             raise ValueError(f"algo.reward_clip_range must be [low, high] with low < high, got {list(r)}")
         if not self.group_std_eps > 0:
             raise ValueError(f"algo.group_std_eps must be > 0, got {self.group_std_eps}")
+        if self.reward_aggregation not in REWARD_AGGREGATIONS:
+            raise ValueError(f"unknown reward_aggregation {self.reward_aggregation!r}; valid: "
+                             f"{', '.join(REWARD_AGGREGATIONS)}")
 
     @property
     def spec(self):
@@ -342,6 +352,10 @@ class RLConfig(RunConfig):
         if self.algo.sft_coef > 0 and self.prompt_data:
             raise ValueError("algo.sft_coef trains on reference transcripts, which audio manifests carry and "
                              f"text prompt sets (prompt_data={self.prompt_data}) do not; set algo.sft_coef=0")
+        if self.algo.reward_aggregation == "normalize_then_sum" and (self.reward.remote_url or self.reward.file
+                                                                      or self.reward_pretrain):
+            raise ValueError("algo.reward_aggregation=normalize_then_sum combines the built-in terms by their weights "
+                             "(reward.terms); a remote, file or model reward gives one score: use reward_aggregation=sum")
         if self.model.freeze_encoder is False:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")

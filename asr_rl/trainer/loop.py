@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 import time
 
+import torch
 from tqdm import tqdm
 
 from asr_rl.models.sampling import sequence_seed
 from asr_rl.rewards.base import check_output
-from asr_rl.trainer.advantages import AdvantageInputs, clip_rewards, compute_advantages
+from asr_rl.trainer.advantages import AdvantageInputs, clip_rewards, compute_advantages, normalize_then_sum
 from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, rng_state, save_checkpoint, save_final,
                                        set_rng_state)
 from asr_rl.trainer.config import RLConfig
@@ -108,8 +109,14 @@ class RLTrainer:
         mask = exp.response_mask
         kl_penalty, metrics = reward_kl_penalty(exp.old_logp, exp.ref_logp, mask, a.kl_estimator, a.kl_clamp,
                                                 coef=0.0 if a.use_kl_loss else self.kl_ctl.value)
+        rewards = exp.rewards
+        if a.reward_aggregation == "normalize_then_sum":  # GDPO: each term normalised in its group
+            weights = self.cfg.reward.terms
+            terms = torch.tensor([[v for g in exp.groups for v in g.terms[k]] for k in weights])
+            rewards = normalize_then_sum(terms, torch.tensor(list(weights.values())), exp.group_size,
+                                         a.group_std_eps)
         out = compute_advantages(a.advantage_estimator, AdvantageInputs(
-            rewards=clip_rewards(exp.rewards, a.reward_clip_range), response_mask=mask, group_size=exp.group_size,
+            rewards=clip_rewards(rewards, a.reward_clip_range), response_mask=mask, group_size=exp.group_size,
             values=exp.values, kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps,
             std_norm=a.advantage_std_norm, whiten_gae=a.normalize_gae_advantages))
         exp.advantages, exp.returns = out.advantages, out.returns

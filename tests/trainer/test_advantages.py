@@ -115,6 +115,43 @@ def test_bad_reward_clip_and_std_eps_are_refused(override, message):
         load_config(RLConfig, None, [override])
 
 
+def test_normalize_then_sum_by_hand():
+    # one group of 2; cer [1.0, 0.5], keyword [0, 1], language [1, 1] (ties); weights 1, 0.3, 1
+    #   unbiased std of 2 values = |a - b| / sqrt(2): cer 0.353553 -> (+-0.25) / 0.353553 = +-0.707107
+    #   keyword 0.707107 -> (-+0.5) / 0.707107 = -+0.707107;  language std 0 -> 0 / eps = 0
+    #   sum: 0.707107 - 0.3 * 0.707107 = 0.494975, and its negative
+    from asr_rl.trainer.advantages import normalize_then_sum
+
+    terms = torch.tensor([[1.0, 0.5], [0.0, 1.0], [1.0, 1.0]])
+    out = normalize_then_sum(terms, torch.tensor([1.0, 0.3, 1.0]), group_size=2, eps=0.0 + 1e-12)
+    _close(out, [0.7 * math.sqrt(0.5), -0.7 * math.sqrt(0.5)])
+    # summing first then normalising: totals [2.0, 1.8] -> +-0.707107: the keyword term is lost
+    with pytest.raises(ValueError, match="weights must be \\(3,\\)"):
+        normalize_then_sum(terms, torch.tensor([1.0]), group_size=2)
+
+
+def test_normalize_then_sum_reaches_the_loop_and_refuses_a_single_score_reward():
+    from asr_rl.config import ConfigError, load_config
+    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.loop import RLTrainer
+    from asr_rl.trainer.rollout import Group, build_experience
+
+    cfg = load_config(RLConfig, None, ["n_samples_per_prompt=2", "rollout_batch_size=1", "init_kl_coef=0",
+                                       "micro_train_batch_size=2", "algo.reward_aggregation=normalize_then_sum",
+                                       "reward.terms={cer: 1.0, keyword: 0.3}"])
+    group = Group("u", None, [[5], [6]], ["a", "b"], rewards=[1.0, 0.8],
+                  terms={"cer": [1.0, 0.5], "keyword": [0.0, 1.0]})
+    exp = build_experience([group], 2, pad_id=0)
+    RLTrainer(cfg, None, None, None, None, None).compute_advantages(exp)
+    # combined [0.494975, -0.494975], then group_norm: +-0.494975 / (0.7 + 1e-6) = +-0.707106
+    a = 0.7 * math.sqrt(0.5) / (0.7 + 1e-6)
+    _close(exp.advantages, [[a], [-a]])
+    with pytest.raises(ConfigError, match="normalize_then_sum combines the built-in terms"):
+        load_config(RLConfig, None, ["algo.reward_aggregation=normalize_then_sum", "reward.remote_url=http://x:1"])
+    with pytest.raises(ConfigError, match="unknown reward_aggregation 'mean'"):
+        load_config(RLConfig, None, ["algo.reward_aggregation=mean"])
+
+
 # --------------------------------------------------------------------------- dr_grpo, rloo
 
 

@@ -90,7 +90,7 @@ def test_killed_after_step_2_resumes_to_the_same_step_3(tiny_model, tiny_corpus,
     ["advantage_estimator=dr_grpo"], ["advantage_estimator=rloo"], ["advantage_estimator=reinforce"],
     ["advantage_estimator=reinforce_baseline"], ["policy_loss=gspo", "loss_agg_mode=seq-mean-token-mean"], ["policy_loss=gspo_token"],
     ["use_kl_loss=false", "init_kl_coef=0.05", "max_epochs=2", "dual_clip=3.0", "eps_clip_low_high=[0.2,0.28]"],
-    ["algo.sft_coef=0.5"],
+    ["algo.sft_coef=0.5"], ["algo.reward_aggregation=normalize_then_sum", "reward.terms={cer: 1.0, keyword: 0.3}"],
 ])
 def test_every_estimator_and_loss_variant_runs_a_step(tiny_model, tiny_corpus, tmp_path, extra):
     run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1",

@@ -53,16 +53,20 @@ def test_sft_coef_adds_the_weighted_ce_and_pulls_the_policy_toward_the_reference
     mb = exp.select([0, 1, 2, 3])
     algo = AlgoConfig(use_kl_loss=False, sft_coef=0.5)
     out = actor_loss(policy, mb, algo, temperature=1.0, kl_coef=0.0)
-    # zero advantages: the policy-gradient term is 0 and the loss is the weighted CE alone
-    assert float(out.loss.detach()) == pytest.approx(0.5 * out.metrics["actor/sft_ce"], rel=1e-5)
-    assert "actor/sft_ce" not in actor_loss(policy, mb, AlgoConfig(use_kl_loss=False), 1.0, 0.0).metrics
+    # zero advantages: the policy-gradient term is 0; the weighted CE comes as the per-micro-batch term
+    # (a mean over reference tokens, which the update does not weigh by response tokens)
+    assert float(out.loss.detach()) == 0.0
+    assert float(out.aux.detach()) == pytest.approx(0.5 * out.metrics["actor/sft_ce"], rel=1e-5)
+    plain = actor_loss(policy, mb, AlgoConfig(use_kl_loss=False), 1.0, 0.0)
+    assert "actor/sft_ce" not in plain.metrics and plain.aux is None
 
     params = [p for _, p in policy.trainable_parameters()]
     opt = torch.optim.Adam(params, lr=1e-3)
     before = out.metrics["actor/sft_ce"]
     for _ in range(3):
         opt.zero_grad()
-        actor_loss(policy, mb, algo, temperature=1.0, kl_coef=0.0).loss.backward()
+        step = actor_loss(policy, mb, algo, temperature=1.0, kl_coef=0.0)
+        (step.loss + step.aux).backward()
         opt.step()
     with torch.no_grad():
         after = float(reference_ce(policy, mb))
