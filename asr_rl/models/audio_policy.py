@@ -41,7 +41,6 @@ class AudioPolicy(CausalPolicy):
         self.processor = processor
         self.spec: AudioLLMSpec = spec
         self.sample_rate = sample_rate
-        self.audio_token_id = spec.audio_token_id(model.config)
         self.encoder_cache = EncoderCache()
         self.encoder_seconds = 0.0  # spent filling the cache (audio loading and augmentation included)
         self.info: dict = {}  # asr_rl.json of the folder it came from (models/builders.py)
@@ -122,10 +121,14 @@ class AudioPolicy(CausalPolicy):
         The projector runs here (with grad when trainable)."""
         return self._splice(prompts.input_ids, audio_states)
 
+    def audio_positions(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`(B, P)` bool: where the projected audio goes in these prompts (the family's placeholder)."""
+        return self.spec.audio_positions(self.model.config, input_ids)
+
     def _splice(self, input_ids: torch.Tensor, audio_states: torch.Tensor) -> torch.Tensor:
         embeds = self.model.get_input_embeddings()(input_ids)
         audio = self.spec.projector(self.model)(audio_states).to(embeds.dtype)
-        placeholder = (input_ids == self.audio_token_id).unsqueeze(-1)
+        placeholder = self.audio_positions(input_ids).unsqueeze(-1)
         if int(placeholder.sum()) != audio.shape[0]:
             raise ValueError(f"prompt has {int(placeholder.sum())} audio placeholders but the encoder "
                              f"produced {audio.shape[0]} frames")
@@ -136,7 +139,7 @@ class AudioPolicy(CausalPolicy):
         """Run processor and (frozen) encoder once; keep each prompt's ids and audio states."""
         prompts = self.prepare(waveforms, languages)
         states = self.encode_audio(prompts)
-        counts = (prompts.input_ids == self.audio_token_id).sum(-1).tolist()
+        counts = self.audio_positions(prompts.input_ids).sum(-1).tolist()
         per_row = torch.split(states, counts, dim=0)
         return [PromptRow(ids[m.bool()], a) for ids, m, a in zip(prompts.input_ids, prompts.attention_mask, per_row)]
 

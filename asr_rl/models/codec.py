@@ -24,11 +24,11 @@ class ResponseCodec:
     def from_pretrained(cls, path: str | Path, force_language: bool = False) -> "ResponseCodec":
         from transformers import AutoConfig, AutoProcessor, AutoTokenizer
 
-        from asr_rl.models.families import SPECS
+        from asr_rl.models.families import is_audio_llm, spec_for
 
         model_type = AutoConfig.from_pretrained(path).model_type
-        if model_type in SPECS:
-            return cls(AutoProcessor.from_pretrained(path).tokenizer, SPECS[model_type], force_language)
+        if is_audio_llm(model_type):
+            return cls(AutoProcessor.from_pretrained(path).tokenizer, spec_for(model_type), force_language)
         return cls(AutoTokenizer.from_pretrained(path))
 
     def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:

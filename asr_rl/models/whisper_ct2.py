@@ -109,30 +109,29 @@ def ct2_to_hf(ct2: dict[str, np.ndarray], n_enc: int, n_dec: int) -> dict[str, n
         _linear(out, f"model.encoder.{conv}", ct2, f"encoder/{conv}")
     out["model.encoder.embed_positions.weight"] = ct2["encoder/position_encodings/encodings"]
     for i in range(n_enc):
-        hf, c = f"model.encoder.layers.{i}", f"encoder/layer_{i}"
-        _split_fused(out, f"{hf}.self_attn", ct2, f"{c}/self_attention/linear_0", ("q", "k", "v"))
-        _linear(out, f"{hf}.self_attn.out_proj", ct2, f"{c}/self_attention/linear_1")
-        _norm(out, f"{hf}.self_attn_layer_norm", ct2, f"{c}/self_attention/layer_norm")
-        _linear(out, f"{hf}.fc1", ct2, f"{c}/ffn/linear_0")
-        _linear(out, f"{hf}.fc2", ct2, f"{c}/ffn/linear_1")
-        _norm(out, f"{hf}.final_layer_norm", ct2, f"{c}/ffn/layer_norm")
+        _layer(out, f"model.encoder.layers.{i}", ct2, f"encoder/layer_{i}")
     _norm(out, "model.encoder.layer_norm", ct2, "encoder/layer_norm")
     out["model.decoder.embed_tokens.weight"] = ct2["decoder/embeddings/weight"]
     out["model.decoder.embed_positions.weight"] = ct2["decoder/position_encodings/encodings"]
     for i in range(n_dec):
-        hf, c = f"model.decoder.layers.{i}", f"decoder/layer_{i}"
-        _split_fused(out, f"{hf}.self_attn", ct2, f"{c}/self_attention/linear_0", ("q", "k", "v"))
-        _linear(out, f"{hf}.self_attn.out_proj", ct2, f"{c}/self_attention/linear_1")
-        _norm(out, f"{hf}.self_attn_layer_norm", ct2, f"{c}/self_attention/layer_norm")
+        _layer(out, f"model.decoder.layers.{i}", ct2, f"decoder/layer_{i}", cross_attention=True)
+    _norm(out, "model.decoder.layer_norm", ct2, "decoder/layer_norm")
+    return out
+
+
+def _layer(out: dict, hf: str, ct2: dict, c: str, cross_attention: bool = False) -> None:
+    """One transformer layer: self-attention (fused q, k, v), [cross-attention (q; fused k, v)], FFN."""
+    _split_fused(out, f"{hf}.self_attn", ct2, f"{c}/self_attention/linear_0", ("q", "k", "v"))
+    _linear(out, f"{hf}.self_attn.out_proj", ct2, f"{c}/self_attention/linear_1")
+    _norm(out, f"{hf}.self_attn_layer_norm", ct2, f"{c}/self_attention/layer_norm")
+    if cross_attention:
         _linear(out, f"{hf}.encoder_attn.q_proj", ct2, f"{c}/attention/linear_0")
         _split_fused(out, f"{hf}.encoder_attn", ct2, f"{c}/attention/linear_1", ("k", "v"))
         _linear(out, f"{hf}.encoder_attn.out_proj", ct2, f"{c}/attention/linear_2")
         _norm(out, f"{hf}.encoder_attn_layer_norm", ct2, f"{c}/attention/layer_norm")
-        _linear(out, f"{hf}.fc1", ct2, f"{c}/ffn/linear_0")
-        _linear(out, f"{hf}.fc2", ct2, f"{c}/ffn/linear_1")
-        _norm(out, f"{hf}.final_layer_norm", ct2, f"{c}/ffn/layer_norm")
-    _norm(out, "model.decoder.layer_norm", ct2, "decoder/layer_norm")
-    return out
+    _linear(out, f"{hf}.fc1", ct2, f"{c}/ffn/linear_0")
+    _linear(out, f"{hf}.fc2", ct2, f"{c}/ffn/linear_1")
+    _norm(out, f"{hf}.final_layer_norm", ct2, f"{c}/ffn/layer_norm")
 
 
 def _whisper_config(ct2: dict[str, np.ndarray], meta: dict):

@@ -54,7 +54,7 @@ def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig
     metrics = {"loss/ce": ce.item(), "tokens": int(mask.sum())}
     loss = ce
     if ctc_head is not None:
-        lengths = (prompts.input_ids == policy.audio_token_id).sum(-1)
+        lengths = policy.audio_positions(prompts.input_ids).sum(-1)
         labels = [policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in batch.texts]
         ctc = ctc_head(states, lengths, labels)
         loss = loss + ctc_head.loss_weight * ctc

@@ -88,6 +88,10 @@ class AudioLLMSpec:
         """The placeholder id the projected audio replaces."""
         return config.audio_token_id
 
+    def audio_positions(self, config, input_ids):
+        """`(B, P)` bool: the prompt positions the projected audio frames fill, in order."""
+        return input_ids == self.audio_token_id(config)
+
     def encoder_width(self, config) -> int:
         """Width of the audio-encoder states (what the projector and a CTC head read)."""
         return config.audio_config.d_model
