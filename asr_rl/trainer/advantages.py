@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from asr_rl.registry import Registry
+from asr_rl.trainer.masked import masked_mean, masked_var, whiten  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -112,72 +113,6 @@ def compute_advantages(name: str, inputs: AdvantageInputs) -> AdvantageOutput:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Masked statistics (torchtune `torchtune/rlhf/rewards.py`, from TRL `trl/core.py`)
-# ---------------------------------------------------------------------------------------------------
-
-
-def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Mean of `x` over positions where `mask` is set.
-
-    Args:
-        x: any shape, e.g. ``(N, T)``; values at masked-out positions may be anything (NaN, -inf).
-        mask: same shape as `x`, bool or 0/1.
-        dim: reduce over this dim only; None = over all elements.
-
-    Returns:
-        Scalar (dim=None) or `x` reduced over `dim`. An empty mask gives 0, not NaN.
-    """
-    m = mask.bool()
-    # where, not x * mask: padding may hold -inf/NaN and -inf * 0 = NaN.
-    total = torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(dim=dim)
-    return total / m.sum(dim=dim).clamp(min=1)
-
-
-def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
-    """Variance of `x` over positions where `mask` is set (scalar).
-
-    Args:
-        x: any shape, e.g. ``(N, T)``.
-        mask: same shape as `x`, bool or 0/1.
-        unbiased: Bessel correction n/(n-1) as torchtune/TRL; False = population variance (OpenRLHF).
-            With a single valid element the unbiased variance is reported as 0 instead of inf.
-    """
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean).pow(2), mask)
-    if unbiased:
-        count = mask.bool().sum()
-        var = torch.where(count > 1, var * count / (count - 1).clamp(min=1), torch.zeros_like(var))
-    return var
-
-
-def whiten(x: Tensor, mask: Tensor | None = None, shift_mean: bool = True, *, unbiased: bool = True,
-           scale: bool = True) -> Tensor:
-    """Normalise `x` to unit variance over the valid positions (torchtune/TRL `whiten`).
-
-    ``(x - mean) * rsqrt(max(var, 1e-8))``; the variance floor is OpenRLHF's
-    (`var.clamp(min=1e-8).rsqrt()` in `_normalize_advantages`).
-
-    Args:
-        x: ``(N, T)`` (any shape works).
-        mask: same shape as `x`; None = all valid. Masked-out positions come back as 0.
-        shift_mean: True = result has zero mean (TRL's meaning); False = the mean is added back, only
-            the scale changes. NOTE: torchtune's copy adds the mean back when shift_mean=True, the
-            opposite of TRL; we keep TRL's meaning, which matches the flag's name.
-        unbiased: see `masked_var`; OpenRLHF's advantage normalisation uses the population variance.
-        scale: False = centre only, no division by the std (OpenRLHF `--algo.advantage.no_std_norm`).
-    """
-    if mask is None:
-        mask = torch.ones_like(x, dtype=torch.bool)
-    m = mask.bool()
-    mean = masked_mean(x, m)
-    var = masked_var(x, m, unbiased=unbiased)
-    out = (x - mean) * var.clamp(min=1e-8).rsqrt() if scale else x - mean
-    if not shift_mean:
-        out = out + mean
-    return torch.where(m, out, torch.zeros_like(out))
-
-
-# ---------------------------------------------------------------------------------------------------
 # Building blocks
 # ---------------------------------------------------------------------------------------------------
 
@@ -265,37 +200,6 @@ def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, 
         adv[:, t] = last
     adv = torch.where(m, adv, zero)
     return adv, torch.where(m, adv + v, zero)
-
-
-def clip_rewards(rewards: Tensor, clip_range: tuple[float, ...] | None) -> Tensor:
-    """``(N,)`` sequence rewards clipped to [low, high] (OpenRLHF `reward_clip_range`); None = as given."""
-    if clip_range is None:
-        return rewards
-    low, high = clip_range
-    return rewards.clamp(min=low, max=high)
-
-
-def normalize_then_sum(terms: Tensor, weights: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
-    """Multi-term rewards normalised per term within each group, then summed by weight (GDPO; TRL
-    `multi_objective_aggregation="normalize_then_sum"`): sum_k w_k (t_k - mean_group) / (std_group + eps).
-    A term whose values barely vary in a group (a language term at ~1) then still ranks the samples
-    on its own scale instead of vanishing under the larger terms' spread; a term that ties gives 0.
-
-    Args:
-        terms: ``(K, N)`` per-term values of the N samples (rows of a group contiguous).
-        weights: ``(K,)`` term weights.
-        group_size: n samples per prompt.
-        eps: added to each term's group std (unbiased, as "group_norm").
-
-    Returns:
-        ``(N,)`` the combined reward the estimator then takes.
-    """
-    K, N = terms.shape
-    if weights.shape != (K,):
-        raise ValueError(f"weights must be ({K},) for {K} terms, got {tuple(weights.shape)}")
-    g = _grouped(terms.reshape(-1).float(), group_size, "normalize_then_sum").view(K, N // group_size, group_size)
-    z = (g - g.mean(dim=-1, keepdim=True)) / (g.std(dim=-1, keepdim=True) + eps)
-    return (weights.float().view(K, 1, 1) * z).sum(dim=0).reshape(N)
 
 
 def _grouped(rewards: Tensor, n: int, name: str) -> Tensor:

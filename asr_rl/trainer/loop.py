@@ -13,12 +13,14 @@ from tqdm import tqdm
 
 from asr_rl.models.sampling import sequence_seed
 from asr_rl.rewards.base import check_output
-from asr_rl.trainer.advantages import AdvantageInputs, clip_rewards, compute_advantages, normalize_then_sum
+from asr_rl.trainer.advantages import AdvantageInputs, compute_advantages
 from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, rng_state, save_checkpoint, save_final,
                                        set_rng_state)
 from asr_rl.trainer.config import RLConfig
-from asr_rl.trainer.losses import AdaptiveKLController, FixedKLController, masked_mean, reward_kl_penalty
+from asr_rl.trainer.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
+from asr_rl.trainer.masked import masked_mean
 from asr_rl.trainer.metrics import timer
+from asr_rl.trainer.reward_shaping import clip_rewards, normalize_then_sum
 from asr_rl.trainer.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
                                     merge_reward_outputs)
 

@@ -376,7 +376,16 @@ def test_module_imports_only_torch_stdlib_and_advantages():
     tree = ast.parse(Path(loss_mod.__file__).read_text())
     mods = {(a.name if isinstance(n, ast.Import) else n.module)
             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    assert mods <= {"__future__", "dataclasses", "typing", "torch", "asr_rl.registry", "asr_rl.trainer.advantages"}, mods
+    assert mods <= {"__future__", "dataclasses", "typing", "torch", "asr_rl.registry", "asr_rl.trainer.kl",
+                    "asr_rl.trainer.masked"}, mods
+    import asr_rl.trainer.kl as kl_mod
+    import asr_rl.trainer.masked as masked_mod
+
+    for mod in (kl_mod, masked_mod):
+        tree = ast.parse(Path(mod.__file__).read_text())
+        imported = {(a.name if isinstance(n, ast.Import) else n.module)
+                    for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        assert imported <= {"__future__", "torch", "asr_rl.trainer.masked"}, (mod.__name__, imported)
 
 
 def test_reward_kl_penalty_by_hand():
