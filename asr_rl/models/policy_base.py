@@ -31,11 +31,14 @@ class Responses:
         ids: `(B*n, T)` response token ids, right-padded with the pad id, EOS included when emitted.
         mask: `(B*n, T)` 1 for real response tokens (EOS included).
         texts: decoded responses (special tokens kept, EOS/pad removed).
+        logp: `(B*n, T)` the sampler's log-prob of each token (0 at padding), when it was sampled
+            with per-sequence seeds; None otherwise.
     """
 
     ids: torch.Tensor
     mask: torch.Tensor
     texts: list[str]
+    logp: torch.Tensor | None = None
 
 
 @dataclass
@@ -150,9 +153,11 @@ class CausalPolicy(nn.Module):
             from asr_rl.models.sampling import SeededGumbelSampler
 
             sampler = SeededGumbelSampler(seeds, temperature=temperature, top_k=top_k, top_p=top_p)
-            ids = self._sample_loop(prompt_embeds.repeat_interleave(n, dim=0),
-                                    attention_mask.repeat_interleave(n, dim=0), sampler, max_new_tokens)
-            return self.responses_from_generated(ids)
+            ids, logp = self._sample_loop(prompt_embeds.repeat_interleave(n, dim=0),
+                                          attention_mask.repeat_interleave(n, dim=0), sampler, max_new_tokens)
+            out = self.responses_from_generated(ids)
+            out.logp = logp.masked_fill(out.mask == 0, 0.0)
+            return out
         if do_sample:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
         else:
@@ -161,8 +166,10 @@ class CausalPolicy(nn.Module):
         return self.responses_from_generated(out)
 
     @torch.inference_mode()
-    def _sample_loop(self, embeds: torch.Tensor, mask: torch.Tensor, sampler, max_new_tokens: int) -> torch.Tensor:
-        """Token-by-token sampling with the KV cache, `(N, P, H)` prompts -> `(N, T)` new ids.
+    def _sample_loop(self, embeds: torch.Tensor, mask: torch.Tensor, sampler,
+                     max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-by-token sampling with the KV cache, `(N, P, H)` prompts -> `(N, T)` new ids and
+        their `(N, T)` sampling log-probs.
 
         A plain loop over the model's forward: for RL rollouts it is ~20% faster than
         `generate` on CPU (no per-step processor/stopping-criteria machinery) and it is what the
@@ -173,11 +180,13 @@ class CausalPolicy(nn.Module):
         forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=embeds.device)
         out = self.model(inputs_embeds=embeds, attention_mask=mask, use_cache=True, logits_to_keep=1)
         done = torch.zeros(embeds.shape[0], dtype=torch.bool, device=embeds.device)
-        tokens = []
+        tokens, logps = [], []
         for _ in range(max_new_tokens):
             logits = out.logits[:, -1].float().index_fill(-1, forbidden, float("-inf"))
-            nxt = sampler(None, logits).argmax(-1).masked_fill(done, self.pad_id)
+            nxt, logp = sampler.draw(logits)
+            nxt = nxt.masked_fill(done, self.pad_id)
             tokens.append(nxt)
+            logps.append(logp)
             done |= nxt == self.eos_id
             if bool(done.all()):
                 break
@@ -185,7 +194,7 @@ class CausalPolicy(nn.Module):
             cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
             out = self.model(input_ids=nxt[:, None], attention_mask=mask, use_cache=True, logits_to_keep=1,
                              **{cache_kw: cache})
-        return torch.stack(tokens, dim=1)
+        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:
         """Generated ids (new tokens only) -> Responses, masking everything after the first EOS."""

@@ -75,9 +75,18 @@ class SeededGumbelSampler(LogitsProcessor):
         self.step = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if scores.shape[0] != len(self.seeds):
-            raise ValueError(f"{scores.shape[0]} sequences but {len(self.seeds)} seeds")
+        return self._perturbed(filter_logits(scores.float(), self.temperature, self.top_k, self.top_p))
+
+    def draw(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoding step: `(B,)` sampled tokens and their `(B,)` log-probs under the filtered
+        distribution they were drawn from (vLLM's `processed_logprobs`)."""
         filtered = filter_logits(scores.float(), self.temperature, self.top_k, self.top_p)
-        u = counter_uniform(self.seeds, self.step, scores.shape[-1]).to(scores.device)
+        tokens = self._perturbed(filtered).argmax(-1)
+        return tokens, torch.log_softmax(filtered, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+
+    def _perturbed(self, filtered: torch.Tensor) -> torch.Tensor:
+        if filtered.shape[0] != len(self.seeds):
+            raise ValueError(f"{filtered.shape[0]} sequences but {len(self.seeds)} seeds")
+        u = counter_uniform(self.seeds, self.step, filtered.shape[-1]).to(filtered.device)
         self.step += 1
         return filtered + (-torch.log(-torch.log(u))).float()

@@ -14,6 +14,7 @@ from asr_rl.trainer.config import AlgoConfig
 from asr_rl.trainer.losses import (LossOutput, compute_policy_loss, entropy_loss, kl_loss, masked_mean,
                                    value_loss)
 from asr_rl.trainer.rollout import Experience, MicroBatch
+from asr_rl.trainer.rollout_correction import mismatch_metrics, rollout_correction
 
 
 class TrainingDiverged(FloatingPointError):
@@ -54,10 +55,11 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
     # On-policy shortcut: with one update per rollout the old policy is the current one.
     old = mb.old_logp.to(logp.device) if mb.old_logp is not None else logp.detach()
     low, high = algo.eps_clip_low_high or (algo.eps_clip, algo.eps_clip)
+    weights, rollout_logp, corr_metrics = _rollout_correction(mb, old, mask, algo)
     out = compute_policy_loss(algo.policy_loss, logp, old, mb.advantages.to(logp.device), mask,
                               eps_clip_low=low, eps_clip_high=high, dual_clip=algo.dual_clip,
-                              loss_agg_mode=algo.loss_agg_mode)
-    loss, metrics = out.loss, dict(out.metrics)
+                              loss_agg_mode=algo.loss_agg_mode, rollout_weights=weights, rollout_logp=rollout_logp)
+    loss, metrics = out.loss, {**out.metrics, **corr_metrics}
     if algo.use_kl_loss and mb.ref_logp is not None:
         # measured even at coefficient 0: the adaptive controller and the logs read it
         kl = kl_loss(logp, mb.ref_logp.to(logp.device), mask, algo.kl_estimator, algo.loss_agg_mode, algo.kl_clamp)
@@ -74,6 +76,22 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
         aux = algo.sft_coef * ce
         metrics["actor/sft_ce"] = float(ce.detach())
     return LossOutput(loss, metrics, aux)
+
+
+def _rollout_correction(mb: MicroBatch, old: torch.Tensor, mask: torch.Tensor, algo: AlgoConfig):
+    """(weights, engine log-probs, metrics) of the rollout/trainer mismatch correction: the
+    mismatch is logged whenever the engine's log-probs are known; weights only with a correction on."""
+    if mb.rollout_logp is None:
+        if algo.rollout_correction:
+            raise ValueError(f"algo.rollout_correction={algo.rollout_correction} needs the rollout engine's "
+                             "log-probs, and this experience has none")
+        return None, None, {}
+    rollout_logp = mb.rollout_logp.to(old.device)
+    metrics = mismatch_metrics(old, rollout_logp, mask)
+    if not algo.rollout_correction:
+        return None, None, metrics
+    corr = rollout_correction(algo.rollout_correction, old, rollout_logp, mask, algo.rollout_correction_threshold)
+    return corr.weights, rollout_logp, {**metrics, **corr.metrics}
 
 
 def reference_ce(policy, mb: MicroBatch, prompts=None) -> torch.Tensor:

@@ -40,6 +40,9 @@ class AdvantageInputs:
             std; False = it only subtracts the mean (a mean-only baseline).
         whiten_gae: "gae" whitens its advantages over the batch (OpenRLHF does; off by default so
             that the function alone is plain GAE).
+        reward_clip: [low, high] the sequence reward is clipped to after the estimator's group
+            baseline, before it becomes the last token's reward (OpenRLHF `compute_reward`'s
+            `reward_clip_range`); None = no clipping.
     """
 
     rewards: Tensor
@@ -52,6 +55,7 @@ class AdvantageInputs:
     eps: float = 1e-6
     std_norm: bool = True
     whiten_gae: bool = False
+    reward_clip: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -117,20 +121,33 @@ def compute_advantages(name: str, inputs: AdvantageInputs) -> AdvantageOutput:
 # ---------------------------------------------------------------------------------------------------
 
 
-def token_rewards(seq_rewards: Tensor, mask: Tensor, kl_penalty: Tensor | None = None) -> Tensor:
-    """Per-token rewards: the sequence reward at the last response token, minus the KL penalty everywhere.
+def clip_rewards(rewards: Tensor, clip_range: tuple[float, ...] | None) -> Tensor:
+    """``(N,)`` sequence rewards clipped to [low, high] (OpenRLHF `reward_clip_range`); None = as given."""
+    if clip_range is None:
+        return rewards
+    low, high = clip_range
+    return rewards.clamp(min=low, max=high)
 
-    OpenRLHF `compute_reward`; the "score at the final token" convention comes from OpenAI
+
+def token_rewards(seq_rewards: Tensor, mask: Tensor, kl_penalty: Tensor | None = None,
+                  clip: tuple[float, ...] | None = None) -> Tensor:
+    """Per-token rewards: the sequence reward (clipped to `clip`) at the last response token, minus
+    the KL penalty everywhere.
+
+    OpenRLHF `compute_reward`, which clips the reward it is given (the group-shaped one for the
+    group estimators); the "score at the final token" convention comes from OpenAI
     lm-human-preferences (Ziegler et al. 2019, arXiv:1909.08593).
 
     Args:
         seq_rewards: ``(N,)``.
         mask: ``(N, T)`` response mask.
         kl_penalty: ``(N, T)`` kl_coef * kl, or None.
+        clip: [low, high] for the sequence reward, or None.
 
     Returns:
         ``(N, T)``, zero at padding.
     """
+    seq_rewards = clip_rewards(seq_rewards, clip)
     m = mask.bool()
     T = m.size(1)
     # Index of the last 1 in each row, valid for any mask (not only right-padded); a row with no
@@ -218,7 +235,7 @@ def _reinforce_style(x: AdvantageInputs, shaped: Tensor, whiten_adv: bool) -> Ad
     gamma is used as given (default 1.0); OpenRLHF instead overrides gamma to 1.0 for the group
     estimators with a warning, which a pure function should not do behind the caller's back.
     """
-    tok = token_rewards(shaped, x.response_mask, x.kl_penalty)
+    tok = token_rewards(shaped, x.response_mask, x.kl_penalty, x.reward_clip)
     ret = discounted_returns(tok, x.response_mask, x.gamma)
     # OpenRLHF `_normalize_advantages` subtracts the masked batch mean and divides by the population
     # std (var.clamp(min=1e-8).rsqrt()) over all valid tokens, for reinforce AND reinforce_baseline.
@@ -267,7 +284,7 @@ def gae(x: AdvantageInputs) -> AdvantageOutput:
         raise ValueError("gae needs a critic: values is None (pass the critic's (N, T) values, "
                          "or pick a critic-free estimator such as group_norm or reinforce)")
     r = _float_rewards(x)
-    tok = token_rewards(r, x.response_mask, x.kl_penalty)
+    tok = token_rewards(r, x.response_mask, x.kl_penalty, x.reward_clip)
     adv, ret = gae_advantages(tok, x.values, x.response_mask, x.gamma, x.lambd)
     if x.whiten_gae:
         adv = whiten(adv, x.response_mask, unbiased=False, scale=x.std_norm)

@@ -155,6 +155,13 @@ class AlgoConfig:
         reward_aggregation: how the built-in reward terms combine before the advantage: "sum" (the
             weighted sum, then the estimator) or "normalize_then_sum" (each term normalised within
             its group, then the weighted sum: GDPO, TRL `multi_objective_aggregation`).
+        rollout_correction: correct the rollout/trainer mismatch with per-token importance weights
+            between the trainer's and the rollout engine's log-probs (trainer/rollout_correction.py):
+            tis | icepop | token_mis | seq_mis | seq_mask_tis; null = off (the mismatch is still
+            logged as rollout_corr/kl). OpenRLHF `--algo.advantage.is_correction_enable` with
+            `is_correction_type` tis | icepop | seq-mask-tis.
+        rollout_correction_threshold: [low, high] of the correction (OpenRLHF
+            `is_correction_threshold`, default [0.5, 5.0]).
         entropy_coef: entropy bonus weight (0 = off).
         gamma: discount.
         lambd: GAE lambda.
@@ -184,6 +191,8 @@ class AlgoConfig:
     reward_clip_range: tuple[float, ...] | None = (-10.0, 10.0)
     group_std_eps: float = 1e-6
     reward_aggregation: str = "sum"
+    rollout_correction: str | None = None
+    rollout_correction_threshold: tuple[float, ...] = (0.5, 5.0)
     entropy_coef: float = 0.0
     gamma: float = 1.0
     lambd: float = 1.0
@@ -198,8 +207,16 @@ class AlgoConfig:
         from asr_rl.trainer.advantages import ADVANTAGE_ESTIMATORS
         from asr_rl.trainer.losses import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 
+        from asr_rl.trainer.rollout_correction import ROLLOUT_CORRECTIONS
+
         ADVANTAGE_ESTIMATORS.check(self.advantage_estimator)
         POLICY_LOSSES.check(self.policy_loss)
+        if self.rollout_correction is not None:
+            ROLLOUT_CORRECTIONS.check(self.rollout_correction)
+        t = self.rollout_correction_threshold
+        if len(t) != 2 or not 0 <= t[0] < t[1]:
+            raise ValueError(f"algo.rollout_correction_threshold must be [low, high] with 0 <= low < high, "
+                             f"got {list(t)}")
         for name, value, valid in (("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
                                    ("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)):
             if value not in valid:

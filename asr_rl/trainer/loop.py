@@ -20,7 +20,7 @@ from asr_rl.trainer.config import RLConfig
 from asr_rl.trainer.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
 from asr_rl.trainer.masked import masked_mean
 from asr_rl.trainer.metrics import timer
-from asr_rl.trainer.reward_shaping import clip_rewards, normalize_then_sum
+from asr_rl.trainer.reward_shaping import normalize_then_sum
 from asr_rl.trainer.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
                                     merge_reward_outputs)
 
@@ -77,8 +77,8 @@ class RLTrainer:
             seeds = [sequence_seed(self.cfg.seed, self.step_no, rounds, getattr(item, "id", k), j)
                      for k, item in enumerate(batch.items) for j in range(n)]
             samples = self.workers.sample(rows, n, seeds)
-            groups = [Group(item, row, ids, [self.workers.decode(x) for x in ids])
-                      for item, row, ids in zip(batch.items, rows, samples)]
+            groups = [Group(item, row, s.ids, [self.workers.decode(x) for x in s.ids], rollout_logps=s.logps)
+                      for item, row, s in zip(batch.items, rows, samples)]
             with timer(timings, "reward"):
                 for key, value in self.score(groups).items():  # averaged over the refill rounds
                     logs[key] = logs.get(key, 0.0) + value
@@ -118,9 +118,9 @@ class RLTrainer:
             rewards = normalize_then_sum(terms, torch.tensor(list(weights.values())), exp.group_size,
                                          a.group_std_eps)
         out = compute_advantages(a.advantage_estimator, AdvantageInputs(
-            rewards=clip_rewards(rewards, a.reward_clip_range), response_mask=mask, group_size=exp.group_size,
-            values=exp.values, kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps,
-            std_norm=a.advantage_std_norm, whiten_gae=a.normalize_gae_advantages))
+            rewards=rewards, response_mask=mask, group_size=exp.group_size, values=exp.values,
+            kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps, std_norm=a.advantage_std_norm,
+            whiten_gae=a.normalize_gae_advantages, reward_clip=a.reward_clip_range))
         exp.advantages, exp.returns = out.advantages, out.returns
         metrics["advantages/mean"] = float(masked_mean(exp.advantages, mask))
         metrics["advantages/abs_mean"] = float(masked_mean(exp.advantages.abs(), mask))

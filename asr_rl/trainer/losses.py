@@ -23,7 +23,7 @@ from asr_rl.trainer.masked import masked_mean
 from asr_rl.trainer.masked import zero_outside as _where
 
 __all__ = [
-    "LossOutput", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
+    "LossOutput", "PolicyLossInputs", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
     "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "POLICY_LOSSES", "KL_ESTIMATORS", "kl_estimate",
     "kl_loss", "reward_kl_penalty", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
 ]
@@ -83,7 +83,37 @@ def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
 # Policy losses (registry)
 # ---------------------------------------------------------------------------------------------------
 
-PolicyLossFn = Callable[..., LossOutput]
+@dataclass
+class PolicyLossInputs:
+    """What a policy loss gets (one typed input, as prime-rl's loss inputs).
+
+    Attributes:
+        logp: ``(N, T)`` log-probs of the sampled tokens under the current policy (with grad).
+        old_logp: ``(N, T)`` log-probs under the policy that sampled them (the trainer's, at rollout).
+        advantages: ``(N, T)``.
+        mask: ``(N, T)`` response mask; any value (-inf, NaN) is allowed in the inputs at padding.
+        eps_clip_low, eps_clip_high: clip range [1 - low, 1 + high].
+        dual_clip: c > 1 bounds the loss of negative-advantage tokens at -c*A; None = off.
+        loss_agg_mode: one of `LOSS_AGG_MODES`.
+        rollout_weights: ``(N, T)`` detached per-token weights of a rollout/trainer mismatch
+            correction (trainer/rollout_correction.py), multiplying each token's loss; None = off.
+        rollout_logp: ``(N, T)`` the rollout engine's log-probs, given when a correction is on;
+            the sequence-ratio losses use it as the behaviour policy instead of the weights.
+    """
+
+    logp: Tensor
+    old_logp: Tensor
+    advantages: Tensor
+    mask: Tensor
+    eps_clip_low: float = 0.2
+    eps_clip_high: float = 0.2
+    dual_clip: float | None = None
+    loss_agg_mode: str = "token-mean"
+    rollout_weights: Tensor | None = None
+    rollout_logp: Tensor | None = None
+
+
+PolicyLossFn = Callable[[PolicyLossInputs], LossOutput]
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 
 # exp() of a log-ratio above this overflows quickly; verl clamps the log-ratio to +-20 the same way.
@@ -91,9 +121,8 @@ _MAX_LOG_RATIO = 20.0
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator that registers a policy loss under `name` (verl `@register_policy_loss`). A loss is
-    called as `fn(logp, old_logp, advantages, mask, *, eps_clip_low, eps_clip_high, dual_clip,
-    loss_agg_mode)` with ``(N, T)`` tensors and returns a `LossOutput`."""
+    """Decorator that registers `fn(x: PolicyLossInputs) -> LossOutput` under `name` (verl
+    `@register_policy_loss`)."""
     return POLICY_LOSSES.register(name)
 
 
@@ -103,38 +132,43 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
 
 
 def compute_policy_loss(name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
-                        **kw) -> LossOutput:
-    """Run policy loss `name` (keyword options as `ppo_policy_loss`); the entry point trainers use."""
-    return get_policy_loss_fn(name)(logp, old_logp, advantages, mask, **kw)
+                        **options) -> LossOutput:
+    """Run policy loss `name` on `PolicyLossInputs(logp, old_logp, advantages, mask, **options)`; the
+    entry point trainers use."""
+    return get_policy_loss_fn(name)(PolicyLossInputs(logp, old_logp, advantages, mask, **options))
 
 
-def _clipped_surrogate(ratio: Tensor, log_ratio: Tensor, advantages: Tensor, mask: Tensor, eps_clip_low: float,
-                       eps_clip_high: float, dual_clip: float | None, loss_agg_mode: str) -> LossOutput:
+def _clipped_surrogate(ratio: Tensor, log_ratio: Tensor, x: PolicyLossInputs, weights: Tensor | None) -> LossOutput:
     """Clipped surrogate shared by "ppo" and "gspo" (Schulman et al. 2017, arXiv:1707.06347, eq. 7).
 
     loss = max(-A*r, -A*clip(r, 1-eps_low, 1+eps_high)); with dual clip (Ye et al. 2019,
-    arXiv:1912.09729, eq. 5) for A < 0: loss = min(that, -c*A), which bounds the loss when r >> 1.
+    arXiv:1912.09729, eq. 5) for A < 0: loss = min(that, -c*A), which bounds the loss when r >> 1;
+    then times the per-token `weights` of a rollout correction, if any.
 
     Args:
         ratio: ``(N, T)`` importance ratio (with grad), finite.
         log_ratio: ``(N, T)`` token log(new/old) for the approx-KL metric, 0 at padding.
-        advantages: ``(N, T)``, 0 at padding.
-        mask: ``(N, T)`` bool.
+        x: the inputs (advantages and options are read from it).
+        weights: ``(N, T)`` detached correction weights, or None.
     """
-    if eps_clip_low < 0 or eps_clip_high < 0:
-        raise ValueError(f"eps_clip_low/high must be >= 0, got {eps_clip_low}, {eps_clip_high}")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"dual_clip must be > 1 (Ye et al. 2019 use 3), got {dual_clip}")
+    if x.eps_clip_low < 0 or x.eps_clip_high < 0:
+        raise ValueError(f"eps_clip_low/high must be >= 0, got {x.eps_clip_low}, {x.eps_clip_high}")
+    if x.dual_clip is not None and not x.dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (Ye et al. 2019 use 3), got {x.dual_clip}")
+    mask = x.mask.bool()
+    advantages = _where(mask, x.advantages)
     unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high)
+    clipped = -advantages * ratio.clamp(1.0 - x.eps_clip_low, 1.0 + x.eps_clip_high)
     loss_mat = torch.maximum(unclipped, clipped)
     metrics = {"policy/clip_frac": masked_mean((clipped > unclipped).float(), mask).item()}
-    if dual_clip is not None:
-        bound = -dual_clip * advantages
+    if x.dual_clip is not None:
+        bound = -x.dual_clip * advantages
         dual_active = (advantages < 0) & (loss_mat > bound)
         loss_mat = torch.where(advantages < 0, torch.minimum(loss_mat, bound), loss_mat)
         metrics["policy/dual_clip_frac"] = masked_mean(dual_active.float(), mask).item()
-    loss = aggregate_loss(loss_mat, mask, loss_agg_mode)
+    if weights is not None:
+        loss_mat = loss_mat * _where(mask, weights.detach())
+    loss = aggregate_loss(loss_mat, mask, x.loss_agg_mode)
     with torch.no_grad():
         # k3 with samples from the OLD policy: (r - 1) - log r estimates KL(old || new)
         # (Schulman, http://joschu.net/blog/kl-approx.html); non-negative, low variance.
@@ -148,87 +182,62 @@ def _clipped_surrogate(ratio: Tensor, log_ratio: Tensor, advantages: Tensor, mas
 
 
 @register_policy_loss("ppo")
-def ppo_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, eps_clip_low: float = 0.2,
-                    eps_clip_high: float = 0.2, dual_clip: float | None = None,
-                    loss_agg_mode: str = "token-mean") -> LossOutput:
+def ppo_policy_loss(x: PolicyLossInputs) -> LossOutput:
     """PPO clipped surrogate with token ratios r_t = exp(logp - old_logp) (Schulman et al. 2017,
     arXiv:1707.06347), asymmetric clip range [1-eps_low, 1+eps_high] (DAPO clip-higher,
-    arXiv:2503.14476) and optional dual clip (Ye et al. 2019, arXiv:1912.09729).
-
-    Args:
-        logp: ``(N, T)`` log-probs of the sampled tokens under the current policy (with grad).
-        old_logp: ``(N, T)`` log-probs under the policy that sampled them.
-        advantages: ``(N, T)``.
-        mask: ``(N, T)`` response mask; any value (-inf, NaN) is allowed in the inputs at padding.
-        eps_clip_low, eps_clip_high: clip range [1 - low, 1 + high].
-        dual_clip: c > 1 bounds the loss of negative-advantage tokens at -c*A; None = off.
-        loss_agg_mode: one of `LOSS_AGG_MODES`.
+    arXiv:2503.14476), optional dual clip (Ye et al. 2019, arXiv:1912.09729), each token's loss
+    times its rollout-correction weight when one is given (OpenRLHF `PolicyLoss`).
 
     Returns:
         `LossOutput`; metrics "policy/clip_frac" (share of valid tokens where the clipped term is
         the active one), "policy/approx_kl" (k3 of old vs new), "policy/ratio_mean|max|min", and
         "policy/dual_clip_frac" when dual clip is on.
     """
-    m = mask.bool()
-    log_ratio = _where(m, logp) - _where(m, old_logp)
+    m = x.mask.bool()
+    log_ratio = _where(m, x.logp) - _where(m, x.old_logp)
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-    return _clipped_surrogate(ratio, log_ratio, _where(m, advantages), m, eps_clip_low, eps_clip_high, dual_clip,
-                              loss_agg_mode)
+    return _clipped_surrogate(ratio, log_ratio, x, x.rollout_weights)
 
 
 @register_policy_loss("gspo")
-def gspo_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-                     eps_clip_low: float = 0.2, eps_clip_high: float = 0.2, dual_clip: float | None = None,
-                     loss_agg_mode: str = "token-mean") -> LossOutput:
+def gspo_policy_loss(x: PolicyLossInputs) -> LossOutput:
     """GSPO (Zheng et al. 2025, arXiv:2507.18071, eq. 5-7): one ratio per sequence,
     s_i = exp(mean_t (logp_t - old_logp_t)) over the valid tokens, clipped like PPO; its gradient is
     s_i * mean_t grad(logp_t) (the paper's sequence-level gradient, OpenRLHF's `gspo`). The ratio is
     broadcast over the tokens; with loss_agg_mode="seq-mean-token-mean" the loss is the paper's
     mean over sequences. The paper's clip range is much smaller than PPO's (eps ~ 3e-4 / 4e-4).
-
-    Args:
-        logp: ``(N, T)`` current log-probs (with grad).
-        old_logp: ``(N, T)`` behaviour-policy log-probs.
-        advantages: ``(N, T)`` taken as given (sequence-level advantages broadcast over tokens).
-        mask: ``(N, T)`` response mask; anything allowed at padding.
-        eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode: as `ppo_policy_loss`.
+    With a rollout correction on, the ratio is taken against the engine's log-probs (`rollout_logp`:
+    the sequence ratio then corrects the mismatch itself) and no token weights apply, as OpenRLHF.
+    Advantages are taken as given (sequence-level advantages broadcast over tokens).
 
     Returns:
         `LossOutput` with the same metrics as "ppo" (ratios are the sequence ratios, per token).
     """
-    return _gspo(logp, old_logp, advantages, mask, eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode,
-                 token_gradient=False)
+    return _gspo(x, token_gradient=False)
 
 
 @register_policy_loss("gspo_token")
-def gspo_token_policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-                           eps_clip_low: float = 0.2, eps_clip_high: float = 0.2, dual_clip: float | None = None,
-                           loss_agg_mode: str = "token-mean") -> LossOutput:
+def gspo_token_policy_loss(x: PolicyLossInputs) -> LossOutput:
     """GSPO-token (Zheng et al. 2025, arXiv:2507.18071, eq. 13-14): s_i,t = sg[s_i] * exp(logp_t -
     sg[logp_t]), the value s_i at every token and the gradient s_i * grad(logp_t) per token, so that
     token-level advantages (a KL penalty in the reward, GAE) weigh their own tokens. With one advantage
-    per sequence its gradient equals "gspo"'s.
-
-    Args and returns as `gspo_policy_loss`.
+    per sequence its gradient equals "gspo"'s. Rollout correction as "gspo".
     """
-    return _gspo(logp, old_logp, advantages, mask, eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode,
-                 token_gradient=True)
+    return _gspo(x, token_gradient=True)
 
 
-def _gspo(logp, old_logp, advantages, mask, eps_clip_low, eps_clip_high, dual_clip, loss_agg_mode,
-          token_gradient: bool) -> LossOutput:
-    m = mask.bool()
-    lp = _where(m, logp)
-    log_ratio = lp - _where(m, old_logp)
+def _gspo(x: PolicyLossInputs, token_gradient: bool) -> LossOutput:
+    m = x.mask.bool()
+    lp = _where(m, x.logp)
+    behaviour = x.rollout_logp if x.rollout_logp is not None else x.old_logp
+    log_ratio = lp - _where(m, behaviour)
     seq_log_ratio = (log_ratio.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)).unsqueeze(-1)  # (N, 1) log s_i
     if token_gradient:
         log_s = seq_log_ratio.detach() + lp - lp.detach()  # value log s_i, gradient of logp_t
     else:
         log_s = seq_log_ratio.expand_as(lp)  # value and gradient of log s_i at every token
     ratio = torch.exp(log_s.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-    return _clipped_surrogate(ratio, log_ratio, _where(m, advantages), m, eps_clip_low, eps_clip_high, dual_clip,
-                              loss_agg_mode)
-
+    return _clipped_surrogate(ratio, log_ratio, x, None)
 
 
 # ---------------------------------------------------------------------------------------------------

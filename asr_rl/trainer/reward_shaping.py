@@ -1,5 +1,6 @@
-"""Reward shaping before the advantage estimator: clipping the sequence rewards, and combining
-multi-term rewards by normalising each term within its group (GDPO). Pure torch.
+"""Reward shaping before the advantage estimator: combining multi-term rewards by normalising each
+term within its group (GDPO). Clipping (`clip_rewards`) happens inside the estimators, after their
+group baseline, as OpenRLHF's `compute_reward`. Pure torch.
 
 Shapes: N samples, rows of a group contiguous (group_size n); K reward terms.
 """
@@ -7,15 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from asr_rl.trainer.advantages import _grouped
-
-
-def clip_rewards(rewards: Tensor, clip_range: tuple[float, ...] | None) -> Tensor:
-    """``(N,)`` sequence rewards clipped to [low, high] (OpenRLHF `reward_clip_range`); None = as given."""
-    if clip_range is None:
-        return rewards
-    low, high = clip_range
-    return rewards.clamp(min=low, max=high)
+from asr_rl.trainer.advantages import _grouped, clip_rewards  # noqa: F401 (re-exported)
 
 
 def normalize_then_sum(terms: Tensor, weights: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:

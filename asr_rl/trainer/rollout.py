@@ -16,6 +16,16 @@ from asr_rl.rewards.base import RewardOutput, Sample
 
 
 @dataclass
+class Sampled:
+    """What a rollout engine returns for one prompt: n token-id lists (EOS included when emitted)
+    and the engine's log-prob of each token under the distribution it sampled from (after
+    temperature, top-k and top-p: vLLM's `processed_logprobs`), for the mismatch correction."""
+
+    ids: list[list[int]]
+    logps: list[list[float]] | None = None
+
+
+@dataclass
 class Group:
     """One prompt with its n sampled responses and (after scoring) their rewards."""
 
@@ -25,6 +35,7 @@ class Group:
     texts: list[str]
     rewards: list[float] = field(default_factory=list)
     terms: dict[str, list[float]] = field(default_factory=dict)
+    rollout_logps: list[list[float]] | None = None  # the engine's per-token log-probs
 
     @property
     def informative(self) -> bool:
@@ -41,6 +52,7 @@ class Experience:
         response_mask: `(B*n, T)` 1 for response tokens.
         rewards: `(B*n,)` sequence rewards.
         old_logp / ref_logp / values / advantages / returns: `(B*n, T)`, filled by later stages.
+        rollout_logp: `(B*n, T)` the rollout engine's log-probs (0 at padding), None when unknown.
     """
 
     groups: list[Group]
@@ -53,6 +65,7 @@ class Experience:
     values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    rollout_logp: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
@@ -69,7 +82,7 @@ class Experience:
         pick = lambda t: None if t is None else t[rows]  # noqa: E731
         return Experience([self.groups[g] for g in group_idx], self.group_size, self.response_ids[rows],
                           self.response_mask[rows], self.rewards[rows], pick(self.old_logp), pick(self.ref_logp),
-                          pick(self.values), pick(self.advantages), pick(self.returns))
+                          pick(self.values), pick(self.advantages), pick(self.returns), pick(self.rollout_logp))
 
     def select(self, seq_idx: list[int]) -> "MicroBatch":
         """Sequences `seq_idx` with the prompt rows they need and the index mapping them."""
@@ -80,7 +93,8 @@ class Experience:
         pick = lambda t: None if t is None else t[idx]  # noqa: E731
         return MicroBatch([self.groups[g].prompt for g in groups], index, self.response_ids[idx],
                           self.response_mask[idx], pick(self.old_logp), pick(self.ref_logp), pick(self.values),
-                          pick(self.advantages), pick(self.returns), [self.groups[g].item for g in groups])
+                          pick(self.advantages), pick(self.returns), [self.groups[g].item for g in groups],
+                          pick(self.rollout_logp))
 
 
 @dataclass
@@ -95,6 +109,7 @@ class MicroBatch:
     advantages: torch.Tensor | None
     returns: torch.Tensor | None
     items: list = field(default_factory=list)  # the prompts' Utterances (references for `algo.sft_coef`)
+    rollout_logp: torch.Tensor | None = None
 
 
 def build_experience(groups: list[Group], group_size: int, pad_id: int) -> Experience:
@@ -106,7 +121,12 @@ def build_experience(groups: list[Group], group_size: int, pad_id: int) -> Exper
         ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
         mask[i, : len(r)] = 1
     rewards = torch.as_tensor([r for g in groups for r in g.rewards], dtype=torch.float32)
-    return Experience(groups, group_size, ids, mask, rewards)
+    rollout_logp = None
+    if all(g.rollout_logps is not None for g in groups):
+        rollout_logp = torch.zeros((len(rows), width), dtype=torch.float32)
+        for i, lp in enumerate(lp for g in groups for lp in g.rollout_logps):
+            rollout_logp[i, : len(lp)] = torch.as_tensor(lp, dtype=torch.float32)
+    return Experience(groups, group_size, ids, mask, rewards, rollout_logp=rollout_logp)
 
 
 def make_samples(groups: list[Group], parse) -> list[Sample]:

@@ -13,7 +13,7 @@ import torch
 
 from asr_rl.trainer.actor import critic_update, forward_logprobs, forward_values, ppo_update
 from asr_rl.trainer.config import RLConfig
-from asr_rl.trainer.rollout import Experience
+from asr_rl.trainer.rollout import Experience, Sampled
 from asr_rl.trainer.strategy import LocalStrategy
 
 log = logging.getLogger("asr_rl.train")
@@ -27,15 +27,18 @@ class HFRolloutEngine:
         self.policy = policy
 
     @torch.no_grad()
-    def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[list[list[int]]]:
-        """For each prompt row, n sampled token-id lists (EOS included when emitted); `seeds` has one
-        seed per output sequence (row-major), so results do not depend on batching or placement."""
+    def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[Sampled]:
+        """For each prompt row, n sampled token-id lists (EOS included when emitted) with their
+        sampling log-probs; `seeds` has one seed per output sequence (row-major), so results do
+        not depend on batching or placement."""
         embeds, mask = self.policy.embed_rows(prompt_rows)
         out = self.policy.generate_from_embeds(embeds, mask, n, do_sample=True, temperature=rollout.temperature,
                                                top_p=rollout.top_p, top_k=rollout.top_k,
                                                max_new_tokens=rollout.max_new_tokens, seeds=seeds)
-        seqs = [ids[m.bool()].tolist() for ids, m in zip(out.ids.cpu(), out.mask.cpu())]
-        return [seqs[i * n:(i + 1) * n] for i in range(len(prompt_rows))]
+        keep = [m.bool() for m in out.mask.cpu()]
+        seqs = [ids[k].tolist() for ids, k in zip(out.ids.cpu(), keep)]
+        logps = [lp[k].tolist() for lp, k in zip(out.logp.cpu(), keep)]
+        return [Sampled(seqs[i * n:(i + 1) * n], logps[i * n:(i + 1) * n]) for i in range(len(prompt_rows))]
 
     def sync_weights(self) -> None:
         pass
@@ -78,7 +81,7 @@ class LocalWorkers:
     def encode(self, batch) -> list:
         return self.policy.encode_batch(batch)
 
-    def sample(self, prompt_rows: list, n: int, seeds: list[int]) -> list[list[list[int]]]:
+    def sample(self, prompt_rows: list, n: int, seeds: list[int]) -> list[Sampled]:
         self.policy.eval()
         return self.engine.generate(prompt_rows, n, self.cfg.rollout, seeds)
 

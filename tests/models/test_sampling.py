@@ -54,3 +54,37 @@ def test_counter_uniforms_are_uniform_and_keyed():
     assert abs(float(u.mean()) - 0.5) < 0.01 and abs(float(u.var()) - 1 / 12) < 0.005
     assert torch.equal(counter_uniform(torch.tensor([2]), 0, 50)[0], u[1, :50])
     assert not torch.equal(counter_uniform(torch.tensor([2]), 1, 50)[0], u[1, :50])
+
+
+def test_sampler_reports_the_log_probs_of_the_distribution_it_drew_from():
+    # temperature 0.5, top_k 2: the draw comes from softmax([3, 2] / 0.5) = [e^2, 1] / (e^2 + 1)
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
+    token, logp = SeededGumbelSampler([5], temperature=0.5, top_k=2).draw(logits)
+    import math
+
+    p = {0: math.e ** 2 / (math.e ** 2 + 1), 1: 1 / (math.e ** 2 + 1)}[int(token)]
+    assert abs(float(logp) - math.log(p)) < 1e-6
+
+
+def test_rollout_log_probs_equal_the_trainers_scoring(tiny_model, tiny_corpus):
+    # the HF engine's per-token log-probs (kept for the mismatch correction) and the trainer's
+    # teacher-forced log-probs are the same distribution: only float noise between them
+    from asr_rl.data.batching import load_batch
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.models.audio_policy import AudioPolicy
+    from asr_rl.trainer.config import RolloutConfig
+    from asr_rl.trainer.workers import HFRolloutEngine
+
+    policy = AudioPolicy.from_pretrained(tiny_model).eval()
+    rows = policy.encode_batch(load_batch(read_manifest(tiny_corpus / "train.jsonl")[:2]))
+    rollout = RolloutConfig(temperature=1.5, max_new_tokens=8)
+    out = HFRolloutEngine(policy).generate(rows, 3, rollout, seeds=list(range(6)))
+    responses = policy.pad_responses([s for g in out for s in g.ids])
+    embeds, mask = policy.embed_rows(rows)
+    with torch.no_grad():
+        trainer = policy.logprobs(embeds, mask, responses, n=3, temperature=1.5)
+    engine = torch.zeros_like(trainer)
+    for i, lp in enumerate(lp for g in out for lp in g.logps):
+        engine[i, :len(lp)] = torch.tensor(lp)
+    assert (responses.mask.sum(-1) > 1).any() and engine.abs().sum() > 0
+    assert torch.allclose(engine, trainer, atol=1e-4)

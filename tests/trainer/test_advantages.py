@@ -92,14 +92,16 @@ def test_reward_clipping_and_the_settings_reach_the_loop():
 
     _close(clip_rewards(torch.tensor([-30.0, 0.5, 12.0]), (-10.0, 10.0)), [-10.0, 0.5, 10.0])
     _close(clip_rewards(torch.tensor([-30.0, 12.0]), None), [-30.0, 12.0])
-    # group [30, 0] clipped to [-1, 1] -> [1, 0]: r' = +-0.5 / (sqrt(0.5) + 0.5) = +-0.41421
-    cfg = load_config(RLConfig, None, ["n_samples_per_prompt=2", "rollout_batch_size=1", "init_kl_coef=0",
-                                       "micro_train_batch_size=2",
-                                       "algo.reward_clip_range=[-1,1]", "algo.group_std_eps=0.5"])
-    exp = build_experience([Group("u", None, [[5], [6]], ["a", "b"], rewards=[30.0, 0.0])], 2, pad_id=0)
-    RLTrainer(cfg, None, None, None, None, None).compute_advantages(exp)
-    a = 0.5 / (math.sqrt(0.5) + 0.5)
-    _close(exp.advantages, [[a], [-a]])
+    # As OpenRLHF's compute_reward, the clip applies to the reward after the group baseline.
+    # group_norm of [30, 0] with eps 0.5: (+-15) / (std 21.2132 + 0.5) = +-0.69080, inside [-1, 1];
+    # rloo of [30, 0]: [30 - 0, 0 - 30] = [30, -30], clipped to [-1, 1]
+    for estimator, expected in (("group_norm", 15 / (math.sqrt(450) + 0.5)), ("rloo", 1.0)):
+        cfg = load_config(RLConfig, None, ["n_samples_per_prompt=2", "rollout_batch_size=1", "init_kl_coef=0",
+                                           "micro_train_batch_size=2", f"advantage_estimator={estimator}",
+                                           "algo.reward_clip_range=[-1,1]", "algo.group_std_eps=0.5"])
+        exp = build_experience([Group("u", None, [[5], [6]], ["a", "b"], rewards=[30.0, 0.0])], 2, pad_id=0)
+        RLTrainer(cfg, None, None, None, None, None).compute_advantages(exp)
+        _close(exp.advantages, [[expected], [-expected]])
 
 
 @pytest.mark.parametrize("override, message", [

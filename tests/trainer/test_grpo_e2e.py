@@ -55,6 +55,17 @@ def test_adaptive_kl_follows_the_measured_kl_of_the_loss_term(tiny_model, tiny_c
     assert [r["kl/coef"] for r in rows] == pytest.approx([0.08, 0.096, 0.1152])
 
 
+def test_rollout_correction_logs_the_engine_trainer_mismatch(tiny_model, tiny_corpus, tmp_path):
+    # the HF engine's log-probs travel with the experience; ICEPOP weighs each token by the
+    # trainer/engine ratio, which is 1 up to float noise here: nothing is masked, the KL is ~0
+    run_audio_rl(load_rl_config("grpo", None, _overrides(
+        tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1", "save_steps=0", "algo.rollout_correction=icepop")))
+    row = read_metrics(tmp_path / "r")[0]
+    assert row["rollout_corr/masked_frac"] == 0.0
+    assert row["rollout_corr/weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(row["rollout_corr/kl"]) < 1e-4 and row["rollout_corr/max_abs_log_ratio"] < 1e-3
+
+
 def test_a_run_with_a_dev_set_logs_the_start_score_as_step_0(tiny_model, tiny_corpus, tmp_path):
     from asr_rl.evaluation.evaluate import run_eval
 

@@ -254,10 +254,13 @@ def test_policy_registry(monkeypatch):
     monkeypatch.setattr(POLICY_LOSSES, "_entries", dict(POLICY_LOSSES._entries))
 
     @register_policy_loss("zero")
-    def zero(logp, old_logp, advantages, mask, **kw):
-        return LossOutput(logp.sum() * 0, {"kw": float(len(kw))})
+    def zero(x):  # one typed input: PolicyLossInputs
+        return LossOutput(x.logp.sum() * 0, {"eps_high": x.eps_clip_high})
 
-    assert compute_policy_loss("zero", torch.ones(1, 1), None, None, None, a=1).metrics == {"kw": 1.0}
+    assert compute_policy_loss("zero", torch.ones(1, 1), None, None, None, eps_clip_high=0.28).metrics == \
+        {"eps_high": 0.28}
+    with pytest.raises(TypeError, match="eps_clip_hi"):  # a misspelt option is an error, not ignored
+        compute_policy_loss("zero", torch.ones(1, 1), None, None, None, eps_clip_hi=0.28)
 
 
 # --------------------------------------------------------------------------- kl

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from asr_rl.trainer.rollout import Sampled
+
 log = logging.getLogger("asr_rl.vllm")
 
 # vLLM fuses these projections into one kernel weight; reloading only part of a group would
@@ -142,7 +144,10 @@ class VLLMRolloutEngine:
         self.max_model_len = max_model_len or 1024 + cfg.rollout.max_new_tokens
         kwargs = dict(model=str(self.model_dir), dtype=dtype, enable_prompt_embeds=True,
                       max_model_len=self.max_model_len, max_num_seqs=max_num_seqs, tensor_parallel_size=self.tp,
-                      distributed_executor_backend="uni" if self.tp == 1 else "mp", seed=int(getattr(cfg, "seed", 0)))
+                      distributed_executor_backend="uni" if self.tp == 1 else "mp", seed=int(getattr(cfg, "seed", 0)),
+                      # the log-probs of the distribution sampled from (after temperature, top-k/p),
+                      # as the HF sampler reports them, for the mismatch correction
+                      logprobs_mode="processed_logprobs")
         from vllm.platforms import current_platform
 
         if current_platform.is_cpu():
@@ -170,21 +175,21 @@ class VLLMRolloutEngine:
 
         return SamplingParams(
             n=1, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k if rollout.top_k > 0 else -1,
-            max_tokens=rollout.max_new_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos, seed=seed,
+            max_tokens=rollout.max_new_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos, seed=seed, logprobs=0,
             stop_token_ids=[self.policy.eos_id],
             logit_bias={int(t): float("-inf") for t in self.policy.forbidden_ids} or None,
             detokenize=False, skip_special_tokens=False)
 
     @torch.no_grad()
-    def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[list[list[int]]]:
-        """For each prompt row, n sampled token-id lists (EOS included when emitted); `seeds` has one
-        seed per output sequence (row-major)."""
+    def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[Sampled]:
+        """For each prompt row, n sampled token-id lists (EOS included when emitted) with the
+        engine's log-probs; `seeds` has one seed per output sequence (row-major)."""
         embeds, mask = self.policy.embed_rows(prompt_rows)
         return self.generate_from_embeds([e[m.bool()] for e, m in zip(embeds, mask)], n, rollout, seeds)
 
     @torch.no_grad()
     def generate_from_embeds(self, prompt_embeds: list[torch.Tensor], n: int, rollout, seeds: list[int] | None,
-                             **params) -> list[list[list[int]]]:
+                             **params) -> list[Sampled]:
         """Like `generate`, from unpadded prompt embeddings `[(P_i, H)]` (e.g. computed by a trainer
         rank and shipped to an engine actor). `params` go to `sampling_params` (min_tokens, ignore_eos)."""
         if seeds is not None and len(seeds) != len(prompt_embeds) * n:
@@ -200,9 +205,10 @@ class VLLMRolloutEngine:
             for j in range(n):
                 prompts.append({"prompt_embeds": e})
                 sps.append(self.sampling_params(rollout, None if seeds is None else int(seeds[i * n + j]), **params))
-        outs = self.llm.generate(prompts, sps, use_tqdm=False)
-        seqs = [list(o.outputs[0].token_ids) for o in outs]
-        return [seqs[i * n:(i + 1) * n] for i in range(len(prompt_embeds))]
+        outs = [o.outputs[0] for o in self.llm.generate(prompts, sps, use_tqdm=False)]
+        seqs = [list(o.token_ids) for o in outs]
+        logps = [[step[t].logprob for t, step in zip(o.token_ids, o.logprobs)] for o in outs]
+        return [Sampled(seqs[i * n:(i + 1) * n], logps[i * n:(i + 1) * n]) for i in range(len(prompt_embeds))]
 
     # --- weights -------------------------------------------------------------------------
     def sync_weights(self) -> None:

