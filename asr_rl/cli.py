@@ -30,13 +30,21 @@ def _data_check(args: argparse.Namespace) -> int:
         print(f"note: {scan.path}:{note.line}: {note.message}")
     if len(scan.notes) > args.max_notes:
         print(f"note: ... {len(scan.notes) - args.max_notes} more notes")
-    print(f"bad lines:  {len(scan.problems)}")
-    for p in scan.problems:
-        print(f"  {scan.path}:{p.line}: {p.message}")
+    problems = [(f"{scan.path}:{p.line}", p.message) for p in scan.problems]
+    if args.model:
+        from asr_rl.models.codec import ResponseCodec
+        from asr_rl.models.tokenizer import unwritable_chars
+
+        tokenizer = ResponseCodec.from_pretrained(args.model).tokenizer
+        problems += [(where, f"characters the model ({args.model}) cannot write: {' '.join(chars)}")
+                     for where, chars in unwritable_chars(tokenizer, ((u.source, u.text) for u in scan.utterances))]
+    print(f"bad lines:  {len(problems)}")
+    for where, message in problems:
+        print(f"  {where}: {message}")
     if not scan.utterances and not scan.problems:
         print(f"  {scan.path}: the manifest holds no utterances")
         return 1
-    return 1 if scan.problems else 0
+    return 1 if problems else 0
 
 
 def _data_synth(args: argparse.Namespace) -> int:
@@ -87,8 +95,13 @@ def _eval(args: argparse.Namespace) -> int:
         if not sep or not name or not path:
             raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
         sets[name] = path
-    run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
-             device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet)
+    report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
+                      device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet)
+    failed = [name for name, m in report.items() if m.failed and not m.utterances]
+    if failed:  # a table of "-" is not a result: the caller's script must see it
+        print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
+              "warnings above)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -119,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--min-duration", type=float, default=0.0)
     check.add_argument("--max-duration", type=float, default=30.0)
     check.add_argument("--max-notes", type=int, default=10)
+    check.add_argument("--model", default=None, help="also report transcripts with characters this model's tokenizer "
+                                                     "cannot write")
     check.set_defaults(func=_data_check)
 
     synth = data.add_parser("synth", help="synthesise the bilingual demo corpus offline (espeak-ng)")

@@ -29,6 +29,39 @@ class ConfigError(ValueError):
     """A configuration key or value that cannot be used; the message says which and why."""
 
 
+@dataclass(frozen=True)
+class Range:
+    """The valid values of a numeric setting (each element, for a list): bounds, each optional.
+
+    Attributes:
+        gt, ge, lt, le: value > gt, >= ge, < lt, <= le.
+        note: what the bounds mean, appended to the error (e.g. "0 = off").
+    """
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    note: str = ""
+
+    def holds(self, v: float) -> bool:
+        return ((self.gt is None or v > self.gt) and (self.ge is None or v >= self.ge)
+                and (self.lt is None or v < self.lt) and (self.le is None or v <= self.le))
+
+    def __str__(self) -> str:
+        parts = [f"{op} {b:g}" for op, b in ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
+                 if b is not None]
+        return " and ".join(parts) + (f" ({self.note})" if self.note else "")
+
+
+def setting(default: Any, *, gt: float | None = None, ge: float | None = None, lt: float | None = None,
+            le: float | None = None, note: str = "") -> Any:
+    """A dataclass field with its valid range beside its default: `temperature: float = setting(1.0,
+    gt=0)`. Values from a file or the command line outside the range fail at load, naming the key
+    as written, the value and the range."""
+    return field(default=default, metadata={"range": Range(gt, ge, lt, le, note)})
+
+
 # ---------------------------------------------------------------------------------------------
 # Sections shared by every command
 # ---------------------------------------------------------------------------------------------
@@ -49,15 +82,15 @@ class DataConfig:
         max_prompt_len: text prompts are truncated from the left to this many tokens.
     """
 
-    sample_rate: int = 16000
-    min_duration: float = 0.1
-    max_duration: float = 30.0
+    sample_rate: int = setting(16000, gt=0)
+    min_duration: float = setting(0.1, ge=0)
+    max_duration: float = setting(30.0, gt=0)
     shuffle: bool = True
-    bucket_batches: int = 0
+    bucket_batches: int = setting(0, ge=0)
     input_key: str = "prompt"
     label_key: str = "label"
     apply_chat_template: bool = True
-    max_prompt_len: int = 1024
+    max_prompt_len: int = setting(1024, ge=1)
 
 
 @dataclass(frozen=True)
@@ -73,7 +106,7 @@ class LoggingConfig:
 
     tensorboard: bool = True
     wandb_project: str | None = None
-    logging_steps: int = 1
+    logging_steps: int = setting(1, ge=1)
     progress_bar: bool = True
 
 
@@ -95,8 +128,11 @@ class RunConfig:
         max_ckpt_num: keep the newest this many step checkpoints.
         seed: seeds data order, sampling and initialisation.
         backend: `local` (one process) or `ray` (Ray actor groups with DeepSpeed).
-        resume: `auto` continues from the newest checkpoint in `output_dir`; `none` starts fresh;
-            a path resumes from that checkpoint.
+        resume: `auto` continues from the newest checkpoint in `output_dir` (only when it is the
+            same run: same command and run-defining settings); `none` starts fresh; a path resumes
+            from that checkpoint.
+        overwrite_output_dir: with resume=none, delete the checkpoints and metrics of the run that
+            `output_dir` holds and start over (without it such a folder is refused).
         num_threads: torch intra-op threads per process (1 is fastest when processes share cores).
         device: `cpu`, `cuda` or `auto` (cuda when available).
     """
@@ -106,15 +142,16 @@ class RunConfig:
     prompt_data: str | None = None
     eval_manifest: str | None = None
     output_dir: str = "runs/default"
-    max_steps: int = 100
-    max_minutes: float = 0.0
+    max_steps: int = setting(100, ge=1)
+    max_minutes: float = setting(0.0, ge=0, note="0 = no limit")
     save_steps: int = 50
     eval_steps: int = 50
-    max_ckpt_num: int = 2
-    seed: int = 42
+    max_ckpt_num: int = setting(2, ge=1)
+    seed: int = setting(42, ge=0)
     backend: Literal["local", "ray"] = "local"
     resume: str = "auto"
-    num_threads: int = 1
+    overwrite_output_dir: bool = False
+    num_threads: int = setting(1, ge=1)
     device: Literal["cpu", "cuda", "auto"] = "auto"
     data: DataConfig = field(default_factory=DataConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -163,6 +200,18 @@ def config_to_dict(cfg: Any) -> dict:
     return out
 
 
+def leaf_values(cfg: Any) -> dict[str, Any]:
+    """Every leaf setting of `cfg` by its dotted path (tuples as lists), e.g. {"rollout.temperature": 1.0}."""
+    out: dict[str, Any] = {}
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if is_dataclass(v):
+            out.update({f"{f.name}.{k}": x for k, x in leaf_values(v).items()})
+        else:
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
 def save_config(cfg: Any, path: str | Path) -> None:
     from asr_rl.utils import atomic_write_text
 
@@ -202,15 +251,30 @@ def _read_yaml(path: Path) -> dict:
 @functools.lru_cache(maxsize=None)
 def _field_paths(cls: type, prefix: str = "") -> dict[str, Any]:
     """Every leaf field's dotted path -> its type annotation."""
+    return {path: tp for path, (tp, _) in _leaf_fields(cls, prefix).items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _leaf_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, Range | None]]:
+    """Every leaf field's dotted path -> (type annotation, valid range or None)."""
     hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[Any, Range | None]] = {}
     for f in fields(cls):
         tp = hints[f.name]
         if _is_dataclass_type(tp):
-            out.update(_field_paths(tp, f"{prefix}{f.name}."))
+            out.update(_leaf_fields(tp, f"{prefix}{f.name}."))
         else:
-            out[f"{prefix}{f.name}"] = tp
+            out[f"{prefix}{f.name}"] = (tp, f.metadata.get("range"))
     return out
+
+
+def _check_range(value: Any, valid: Range | None, key: str, full: str, source: str) -> None:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    bad = [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool) and not valid.holds(v)] \
+        if valid is not None else []
+    if bad:
+        name = f"`{key}`" + (f" ({full})" if key != full else "")
+        raise ConfigError(f"{source}: {name} must be {valid}, got {value!r}")
 
 
 def _assign(cls: type, values: dict[str, Any], key: str, value: Any, source: str) -> None:
@@ -225,6 +289,7 @@ def _assign(cls: type, values: dict[str, Any], key: str, value: Any, source: str
             _assign(cls, values, f"{full}.{sub_key}", sub_value, source)
         return
     values[full] = _coerce(value, paths[full], full, source)
+    _check_range(values[full], _leaf_fields(cls)[full][1], str(key), full, source)
 
 
 def _resolve(key: str, paths: dict[str, Any], sections: set[str], source: str) -> str:

@@ -80,6 +80,7 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Non
     """Move a fully written temp folder into place; an existing `final_dir` is swapped out first so a
     crash leaves either the old or the new folder, never a mix."""
     tmp_dir, final_dir = Path(tmp_dir), Path(final_dir)
+    os.chmod(tmp_dir, umasked(0o777))  # mkdtemp made it private (0700); the folder in place is not
     if final_dir.exists():
         trash = final_dir.with_name(f".{final_dir.name}.old")
         if trash.exists():

@@ -116,7 +116,7 @@ def test_missing_or_non_mapping_config_file(tmp_path):
 
 
 def test_colocation_flags_decide_which_models_get_their_own_group():
-    from asr_rl.trainer.config import DistributedConfig
+    from asr_rl.trainer.config import DistributedConfig, RLConfig
 
     assert not DistributedConfig().separate_ref and not DistributedConfig().separate_critic
     ref_only = DistributedConfig(colocate_actor_ref=False)
@@ -125,5 +125,50 @@ def test_colocation_flags_decide_which_models_get_their_own_group():
     assert critic_only.separate_critic and not critic_only.separate_ref
     both = DistributedConfig(colocate_all=False)
     assert both.separate_ref and both.separate_critic
-    with pytest.raises(ValueError, match="distributed.critic_num_gpus_per_node must be >= 1, got 0"):
-        DistributedConfig(critic_num_gpus_per_node=0)
+    with pytest.raises(ValueError, match="`distributed.critic_num_gpus_per_node` must be >= 1, got 0"):
+        load_config(RLConfig, None, ["distributed.critic_num_gpus_per_node=0"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("temperature=-1", "`temperature` (rollout.temperature) must be > 0 (sampling; greedy decoding is asr-rl eval), got -1"),
+    ("rollout.top_p=1.5", "`rollout.top_p` must be > 0 and <= 1, got 1.5"),
+    ("max_new_tokens=0", "`max_new_tokens` (rollout.max_new_tokens) must be >= 1, got 0"),
+    ("actor_learning_rate=-1e-4", "`actor_learning_rate` (optim.actor_learning_rate) must be > 0, got -0.0001"),
+    ("adam_betas=[0.9,1.2]", "must be >= 0 and < 1, got (0.9, 1.2)"),
+    ("model.dtype=float16", "`model.dtype` expects one of 'float32', 'bfloat16', got 'float16'"),
+])
+def test_out_of_range_settings_fail_at_load_naming_key_value_and_range(override, message):
+    from asr_rl.trainer.config import RLConfig
+
+    with pytest.raises(ConfigError) as e:
+        load_config(RLConfig, None, [override])
+    assert str(e.value).startswith(f"command-line override '{override}': ") and message in str(e.value)
+
+
+def test_a_bad_value_in_a_file_names_the_file(tmp_path):
+    from asr_rl.trainer.config import SFTConfig
+
+    (tmp_path / "c.yaml").write_text("learning_rate: 0\naugment:\n  noise_prob: 2\n")
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'c.yaml'}: `learning_rate` must be > 0, got 0"):
+        load_config(SFTConfig, tmp_path / "c.yaml")
+
+
+def test_every_ranged_setting_refuses_a_value_outside_its_range_and_takes_its_default():
+    # the checks come from the fields' own declarations: every ranged leaf of every config is covered
+    from asr_rl.config import _leaf_fields
+    from asr_rl.trainer.config import RLConfig, SFTConfig
+    from asr_rl.trainer.rm import RMConfig
+
+    checked = 0
+    for cls in (RLConfig, SFTConfig, RMConfig):
+        for path, (tp, valid) in _leaf_fields(cls).items():
+            if valid is None:
+                continue
+            bad = (valid.gt if valid.gt is not None else valid.ge - 1) if (valid.gt, valid.ge) != (None, None) \
+                else valid.lt + 1 if valid.lt is not None else valid.le + 1
+            bad = [bad, bad] if "tuple" in str(tp) else int(bad) if "int" in str(tp) and "float" not in str(tp) else bad
+            with pytest.raises(ConfigError, match=f"`{path}` must be"):
+                load_config(cls, None, [f"{path}={bad}"])
+            checked += 1
+        load_config(cls)  # the defaults are all in range
+    assert checked > 90

@@ -96,3 +96,35 @@ def build_char_tokenizer(texts: Iterable[str], spec: TokenizerSpec | None = None
     if spec.chat_template:
         tok.chat_template = spec.chat_template
     return tok
+
+
+def unwritable_chars(tokenizer, texts: Iterable[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """The `(where, text)` pairs whose text holds characters `tokenizer` cannot write, with those
+    characters: a character is writable when decoding its encoding gives it back. A character
+    tokenizer drops what its vocabulary lacks (a Japanese transcript on an en/zh model would train
+    on an empty target); a byte-level BPE writes everything."""
+    verdict: dict[str, bool] = {}
+
+    def writable(c: str) -> bool:
+        if c not in verdict:
+            ids = tokenizer(c, add_special_tokens=False)["input_ids"]
+            verdict[c] = c.isspace() or tokenizer.decode(ids) == c
+        return verdict[c]
+
+    out = []
+    for where, text in texts:
+        bad = sorted({c for c in text if not writable(c)})
+        if bad:
+            out.append((where, bad))
+    return out
+
+
+def require_writable(utterances, tokenizer, what: str = "train_manifest") -> None:
+    """ValueError naming the lines (up to 10) and characters of `utterances` the model cannot write."""
+    bad = unwritable_chars(tokenizer, ((u.source or u.id, u.text) for u in utterances))
+    if bad:
+        chars = sorted({c for _, cs in bad for c in cs})
+        lines = "; ".join(f"{where}: {' '.join(cs)}" for where, cs in bad[:10])
+        raise ValueError(f"{what}: {len(bad)} transcripts hold characters the model's tokenizer cannot write "
+                         f"({''.join(chars[:40])}), e.g. {lines}. Build the model's tokenizer from this data "
+                         "(asr-rl model init --tokenizer-from ...) or fix these lines")

@@ -2,6 +2,9 @@
 reward a config asks for."""
 from __future__ import annotations
 
+import queue
+import threading
+
 from asr_rl.rewards.base import RewardError, RewardOutput, Sample, check_output
 from asr_rl.rewards.config import RewardConfig
 from asr_rl.rewards.terms import get_term
@@ -33,8 +36,45 @@ class WeightedReward:
         return check_output(self.name, RewardOutput(rewards=total, terms=values), len(samples))
 
 
+class TimedReward:
+    """A local reward with a time limit: a call that overruns `timeout` seconds stops the step with
+    an error naming the reward and the samples. The call runs in a daemon thread, which Python
+    cannot stop: the error ends the run, and the thread with it."""
+
+    def __init__(self, reward, timeout: float):
+        self.reward, self.timeout = reward, timeout
+        self.name = getattr(reward, "name", type(reward).__name__)
+
+    def __call__(self, samples: list[Sample]) -> RewardOutput:
+        box: queue.Queue = queue.Queue(maxsize=1)
+
+        def run() -> None:
+            try:
+                box.put((True, self.reward(samples)))
+            except BaseException as e:  # re-raised in the caller's thread
+                box.put((False, e))
+
+        threading.Thread(target=run, name=f"reward-{self.name}", daemon=True).start()
+        try:
+            ok, value = box.get(timeout=self.timeout)
+        except queue.Empty:
+            ids = sorted({s.prompt for s in samples})
+            raise RewardError(f"reward {self.name!r} did not return within reward.timeout={self.timeout:g} s for "
+                              f"{len(samples)} samples (utterances {', '.join(map(str, ids[:5]))}"
+                              f"{', ...' if len(ids) > 5 else ''}); fix the reward or raise reward.timeout") from None
+        if not ok:
+            raise value
+        return value
+
+    def __getattr__(self, name):  # shutdown() and the like reach the wrapped reward
+        if name.startswith("__") or name == "reward":
+            raise AttributeError(name)
+        return getattr(self.reward, name)
+
+
 def build_reward(cfg: RewardConfig):
-    """The reward the config selects: a remote server, a user file, or the built-in terms."""
+    """The reward the config selects: a remote server, a user file, or the built-in terms (local
+    ones under `reward.timeout`)."""
     if cfg.remote_url:
         import os
 
@@ -45,5 +85,5 @@ def build_reward(cfg: RewardConfig):
     if cfg.file:
         from asr_rl.rewards.plugins import load_reward_file
 
-        return load_reward_file(cfg.file)
-    return WeightedReward(cfg.terms, cfg.term_options)
+        return TimedReward(load_reward_file(cfg.file), cfg.timeout)
+    return TimedReward(WeightedReward(cfg.terms, cfg.term_options), cfg.timeout)

@@ -1,7 +1,9 @@
 """Reward configuration (the `reward.*` keys of every RL config)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
+
+from asr_rl.config import setting
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,9 @@ class RewardConfig:
         remote_timeout: seconds per request before it is retried.
         remote_max_retries: attempts per request before the step fails.
         num_workers: with backend=ray, score local/built-in rewards in this many Ray tasks (0 = inline).
+        timeout: seconds a local reward (built-in terms or `file`) may take for one batch before the
+            step stops with an error naming the reward and the samples (remote rewards use
+            `remote_timeout`).
     """
 
     terms: dict[str, float] = field(default_factory=lambda: {"cer": 1.0})
@@ -22,11 +27,25 @@ class RewardConfig:
     file: str | None = None
     remote_url: str | None = None
     remote_token: str | None = None
-    remote_timeout: float = 30.0
-    remote_max_retries: int = 3
-    num_workers: int = 0
+    remote_timeout: float = setting(30.0, gt=0)
+    remote_max_retries: int = setting(3, ge=1)
+    num_workers: int = setting(0, ge=0)
+    timeout: float = setting(300.0, gt=0)
 
     def __post_init__(self) -> None:
         if self.file and self.remote_url:
             raise ValueError("set reward.file or reward.remote_url, not both (serve the file with "
                              "`asr-rl reward serve --reward FILE.py` to use it remotely)")
+        # a setting that does not apply to the reward chosen is a mistake, not a no-op
+        default = RewardConfig.__dataclass_fields__
+        changed = {k for k in ("remote_timeout", "remote_max_retries", "remote_token", "timeout", "terms", "term_options")
+                   if getattr(self, k) != (default[k].default_factory() if default[k].default_factory is not MISSING
+                                           else default[k].default)}
+        kind = "remote_url" if self.remote_url else "file" if self.file else "terms"
+        applies = {"remote_url": {"remote_timeout", "remote_max_retries", "remote_token"},
+                   "file": {"timeout"}, "terms": {"timeout", "terms", "term_options"}}[kind]
+        for key in sorted(changed - applies):
+            raise ValueError(f"reward.{key} does not apply to a reward given by reward.{kind}"
+                             + {"remote_url": " (a remote reward's time limit is reward.remote_timeout)",
+                                "file": " (a reward file computes its own terms)",
+                                "terms": " (remote settings need reward.remote_url)"}[kind])

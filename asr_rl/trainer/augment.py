@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from asr_rl.config import setting
+
 
 @dataclass(frozen=True)
 class AugmentConfig:
@@ -42,17 +44,17 @@ class AugmentConfig:
     """
 
     spec_augment: bool = True  # with a frozen encoder: on its cached states (`mask_states`)
-    freq_masks: int = 2
-    freq_width: int = 20
-    time_masks: int = 2
-    time_width_ratio: float = 0.05
-    noise_prob: float = 0.5
+    freq_masks: int = setting(2, ge=0)
+    freq_width: int = setting(20, ge=0)
+    time_masks: int = setting(2, ge=0)
+    time_width_ratio: float = setting(0.05, ge=0, le=1)
+    noise_prob: float = setting(0.5, ge=0, le=1)
     noise_snr_min: float = 5.0
     noise_snr_max: float = 30.0
-    reverb_prob: float = 0.0
-    telephone_prob: float = 0.0
-    speed_prob: float = 0.0
-    variants: int = 3
+    reverb_prob: float = setting(0.0, ge=0, le=1)
+    telephone_prob: float = setting(0.0, ge=0, le=1)
+    speed_prob: float = setting(0.0, ge=0, le=1)
+    variants: int = setting(3, ge=0)
 
     @property
     def waveform_active(self) -> bool:
@@ -110,7 +112,7 @@ class VariantAugmenter:
     """
 
     cfg: AugmentConfig
-    seed: int = 0
+    seed: int = setting(0, ge=0)
 
     @property
     def tag(self) -> str:

@@ -11,10 +11,10 @@ checkpoint intact and never a half-written one; `transformers` ignores the extra
 """
 from __future__ import annotations
 
-import os
+import json
+import logging
 import random
 import re
-import signal
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -26,6 +26,8 @@ import torch
 from asr_rl.utils import atomic_write_text, replace_dir
 
 STATE_DIR = "trainer_state"
+FILES = "files.json"
+log = logging.getLogger("asr_rl.train")
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
@@ -56,6 +58,7 @@ def save_checkpoint(output_dir: str | Path, step: int, save_model: Callable[[Pat
         torch.save(state, tmp / STATE_DIR / "state.pt")
         if save_state is not None:
             save_state(tmp / STATE_DIR)
+        _record_files(tmp)
         replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -64,14 +67,6 @@ def save_checkpoint(output_dir: str | Path, step: int, save_model: Callable[[Pat
     for old in list_checkpoints(output_dir)[:-max(1, max_ckpt_num)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-def kill_if_requested(step: int) -> None:
-    """Fault injection for resume tests: `ASR_RL_KILL_AFTER_STEP=N` makes the process SIGKILL itself
-    right after step N's checkpoint, like an OOM kill or a preempted node (no cleanup runs)."""
-    target = os.environ.get("ASR_RL_KILL_AFTER_STEP")
-    if target and int(target) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def save_final(output_dir: str | Path, save_model: Callable[[Path], None]) -> Path:
@@ -99,16 +94,46 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
 
 
 def resolve_resume(output_dir: str | Path, resume: str) -> Path | None:
-    """`auto`: the newest checkpoint in `output_dir` (or None); `none`: None; else that path."""
+    """`auto`: the newest intact checkpoint in `output_dir` (or None), saying so when newer ones are
+    damaged; `none`: None; else that path, which must be intact."""
     if resume in ("none", "", "false", "False"):
         return None
     if resume == "auto":
-        found = list_checkpoints(output_dir)
-        return found[-1] if found else None
+        for ckpt in reversed(list_checkpoints(output_dir)):
+            problem = checkpoint_problem(ckpt)
+            if problem is None:
+                return ckpt
+            log.warning("checkpoint %s is damaged (%s): falling back to the one before", ckpt, problem)
+        return None
     path = Path(resume)
     if not (path / STATE_DIR / "state.pt").is_file():
         raise FileNotFoundError(f"resume={resume}: {path} is not a checkpoint folder with {STATE_DIR}/state.pt")
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(f"resume={resume}: the checkpoint is damaged ({problem}); resume from another one")
     return path
+
+
+def _record_files(folder: Path) -> None:
+    """`trainer_state/files.json`: the size of every file of the checkpoint as written, so that a
+    truncated or missing file is found before a resume loads it."""
+    sizes = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+    (folder / STATE_DIR / FILES).write_text(json.dumps(sizes, indent=0, sort_keys=True))
+
+
+def checkpoint_problem(ckpt: str | Path) -> str | None:
+    """What is wrong with a checkpoint's files against the sizes recorded at save (None = intact;
+    a checkpoint written before the record existed is taken as intact)."""
+    record = Path(ckpt) / STATE_DIR / FILES
+    if not record.is_file():
+        return None
+    for name, size in json.loads(record.read_text()).items():
+        path = Path(ckpt) / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} is {path.stat().st_size} bytes, {size} were written"
+    return None
 
 
 def policy_resume_weights(policy) -> dict | None:
@@ -150,4 +175,4 @@ def cleanup_stale_temps(output_dir: str | Path) -> None:
 
 
 __all__ = ["save_checkpoint", "save_final", "list_checkpoints", "resolve_resume", "load_state", "rng_state",
-           "set_rng_state", "cleanup_stale_temps", "policy_resume_weights", "kill_if_requested", "restore_policy_weights", "STATE_DIR"]
+           "set_rng_state", "checkpoint_problem", "cleanup_stale_temps", "policy_resume_weights", "restore_policy_weights", "STATE_DIR"]

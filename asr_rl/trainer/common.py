@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
-from asr_rl.config import RunConfig, save_config
-from asr_rl.trainer.checkpoint import cleanup_stale_temps, resolve_resume
+from asr_rl.config import RunConfig
+from asr_rl.trainer.checkpoint import cleanup_stale_temps, list_checkpoints, resolve_resume
 from asr_rl.trainer.metrics import MetricsLogger
+from asr_rl.trainer.run_folder import RunLock, check_paths, claim_run_folder
 from asr_rl.utils import seed_everything
 
 log = logging.getLogger("asr_rl.train")
@@ -24,17 +25,28 @@ class RunContext:
     device: str
 
 
-def setup_run(cfg: RunConfig, rank: int = 0) -> RunContext:
-    """Threads, seed, output folder with the resolved config, and the checkpoint to resume from."""
+# The run folders this process holds: a later run of the same process into the same folder (tests,
+# notebooks) takes the lock over; another process is refused while one is held.
+_HELD_LOCKS: dict[Path, RunLock] = {}
+
+
+def setup_run(cfg: RunConfig) -> RunContext:
+    """Paths checked, then the output folder locked and claimed for this run (run_folder.py), its
+    resolved config written, and the checkpoint to resume from found; threads and seed set."""
     from asr_rl.evaluation.evaluate import resolve_device
 
-    torch.set_num_threads(max(1, cfg.num_threads))
-    seed_everything(cfg.seed)
+    check_paths(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if rank == 0:
-        cleanup_stale_temps(out)
-        save_config(cfg, out / "config.yaml")
+    held = _HELD_LOCKS.pop(out.resolve(), None)
+    if held is not None:
+        held.release()
+    _HELD_LOCKS[out.resolve()] = RunLock(out)
+    cleanup_stale_temps(out)
+    claim_run_folder(cfg, type(cfg).__name__.removesuffix("Config").lower(),
+                     has_checkpoints=bool(list_checkpoints(out)) or (out / "final").is_dir())
+    torch.set_num_threads(max(1, cfg.num_threads))
+    seed_everything(cfg.seed)
     resume = resolve_resume(out, cfg.resume)
     if resume is not None:
         log.info("resuming from %s", resume)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from asr_rl.config import RunConfig
+from asr_rl.config import RunConfig, setting
 from asr_rl.rewards.config import RewardConfig
 from asr_rl.trainer.augment import AugmentConfig
 
@@ -34,10 +34,10 @@ class ModelConfig:
     force_language: bool = False
     freeze_encoder: bool | None = None
     freeze_patterns: tuple[str, ...] = ()
-    lora_rank: int = 0
-    lora_alpha: int = 16
+    lora_rank: int = setting(0, ge=0, note="0 = no LoRA")
+    lora_alpha: int = setting(16, gt=0)
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    dtype: str = "float32"
+    dtype: Literal["float32", "bfloat16"] = "float32"
     encoder_cache: str | None = None
 
 
@@ -52,10 +52,10 @@ class EvalConfig:
         eval_max_new_tokens: decoding length limit.
     """
 
-    eval_batch_size: int = 32
-    eval_max_samples: int = 200
-    num_beams: int = 1
-    eval_max_new_tokens: int = 96
+    eval_batch_size: int = setting(32, ge=1)
+    eval_max_samples: int = setting(200, ge=0, note="0 = all")
+    num_beams: int = setting(1, ge=1)
+    eval_max_new_tokens: int = setting(96, ge=1)
 
 
 @dataclass(frozen=True)
@@ -78,17 +78,17 @@ class SFTConfig(RunConfig):
             which pushes a small decoder to listen instead of guessing from the text so far.
     """
 
-    train_batch_size: int = 16
-    micro_train_batch_size: int = 16
-    learning_rate: float = 2e-3
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, ...] = (0.9, 0.98)
-    lr_warmup_ratio: float = 0.05
-    min_lr_ratio: float = 0.05
-    max_norm: float = 1.0
-    ctc_weight: float | None = None
-    ctc_labels_per_frame: int = 3
-    token_dropout: float = 0.0
+    train_batch_size: int = setting(16, ge=1)
+    micro_train_batch_size: int = setting(16, ge=1)
+    learning_rate: float = setting(2e-3, gt=0)
+    weight_decay: float = setting(0.01, ge=0)
+    adam_betas: tuple[float, ...] = setting((0.9, 0.98), ge=0, lt=1)
+    lr_warmup_ratio: float = setting(0.05, ge=0, lt=1)
+    min_lr_ratio: float = setting(0.05, ge=0, le=1)
+    max_norm: float = setting(1.0, gt=0)
+    ctc_weight: float | None = setting(None, ge=0)
+    ctc_labels_per_frame: int = setting(3, ge=1)
+    token_dropout: float = setting(0.0, ge=0, lt=1)
     model: ModelConfig = field(default_factory=ModelConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -116,15 +116,15 @@ class RolloutConfig:
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
     """
 
-    rollout_batch_size: int = 8
-    n_samples_per_prompt: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
+    rollout_batch_size: int = setting(8, ge=1)
+    n_samples_per_prompt: int = setting(8, ge=1)
+    temperature: float = setting(1.0, gt=0, note="sampling; greedy decoding is asr-rl eval")
+    top_p: float = setting(1.0, gt=0, le=1)
+    top_k: int = setting(0, ge=0, note="0 = off")
+    max_new_tokens: int = setting(64, ge=1)
     engine: Literal["hf", "vllm"] = "hf"
     dynamic_filtering: bool | None = None
-    max_filter_rounds: int = 3
+    max_filter_rounds: int = setting(3, ge=0)
 
 
 REWARD_AGGREGATIONS = ("sum", "normalize_then_sum")
@@ -178,29 +178,29 @@ class AlgoConfig:
 
     advantage_estimator: str = "group_norm"
     policy_loss: str = "ppo"
-    eps_clip: float = 0.2
-    eps_clip_low_high: tuple[float, ...] | None = None
-    dual_clip: float | None = None
+    eps_clip: float = setting(0.2, ge=0)
+    eps_clip_low_high: tuple[float, ...] | None = setting(None, ge=0)
+    dual_clip: float | None = setting(None, gt=1)
     loss_agg_mode: str = "token-mean"
-    init_kl_coef: float = 0.02
+    init_kl_coef: float = setting(0.02, ge=0)
     use_kl_loss: bool = True
     kl_estimator: str = "k3"
-    kl_target: float | None = None
-    kl_horizon: int = 10000
-    kl_clamp: float | None = 10.0
+    kl_target: float | None = setting(None, gt=0)
+    kl_horizon: int = setting(10000, ge=1)
+    kl_clamp: float | None = setting(10.0, gt=0)
     reward_clip_range: tuple[float, ...] | None = (-10.0, 10.0)
-    group_std_eps: float = 1e-6
+    group_std_eps: float = setting(1e-6, gt=0)
     reward_aggregation: str = "sum"
     rollout_correction: str | None = None
-    rollout_correction_threshold: tuple[float, ...] = (0.5, 5.0)
+    rollout_correction_threshold: tuple[float, ...] = setting((0.5, 5.0), ge=0)
     entropy_coef: float = 0.0
-    gamma: float = 1.0
-    lambd: float = 1.0
-    value_clip: float = 0.2
-    max_epochs: int = 1
+    gamma: float = setting(1.0, ge=0, le=1)
+    lambd: float = setting(1.0, ge=0, le=1)
+    value_clip: float = setting(0.2, gt=0)
+    max_epochs: int = setting(1, ge=1)
     normalize_gae_advantages: bool = True
     advantage_std_norm: bool = True
-    sft_coef: float = 0.0
+    sft_coef: float = setting(0.0, ge=0)
 
     def __post_init__(self) -> None:
         # checked against the registries at load time, before any model loads
@@ -224,8 +224,6 @@ class AlgoConfig:
         r = self.reward_clip_range
         if r is not None and (len(r) != 2 or not r[0] < r[1]):
             raise ValueError(f"algo.reward_clip_range must be [low, high] with low < high, got {list(r)}")
-        if not self.group_std_eps > 0:
-            raise ValueError(f"algo.group_std_eps must be > 0, got {self.group_std_eps}")
         if self.reward_aggregation not in REWARD_AGGREGATIONS:
             raise ValueError(f"unknown reward_aggregation {self.reward_aggregation!r}; valid: "
                              f"{', '.join(REWARD_AGGREGATIONS)}")
@@ -254,15 +252,15 @@ class OptimConfig:
         max_norm: gradient clipping norm.
     """
 
-    micro_train_batch_size: int = 8
-    train_batch_size: int = 0
-    actor_learning_rate: float = 2e-4
-    critic_learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    adam_betas: tuple[float, ...] = (0.9, 0.95)
-    lr_warmup_ratio: float = 0.05
-    min_lr_ratio: float = 0.1
-    max_norm: float = 1.0
+    micro_train_batch_size: int = setting(8, ge=1)
+    train_batch_size: int = setting(0, ge=0, note="0 = the whole rollout")
+    actor_learning_rate: float = setting(2e-4, gt=0)
+    critic_learning_rate: float = setting(1e-3, gt=0)
+    weight_decay: float = setting(0.0, ge=0)
+    adam_betas: tuple[float, ...] = setting((0.9, 0.95), ge=0, lt=1)
+    lr_warmup_ratio: float = setting(0.05, ge=0, lt=1)
+    min_lr_ratio: float = setting(0.1, ge=0, le=1)
+    max_norm: float = setting(1.0, gt=0)
 
 
 @dataclass(frozen=True)
@@ -290,30 +288,22 @@ class DistributedConfig:
         ray_num_cpus: CPUs of the embedded Ray cluster (null: all).
     """
 
-    actor_num_nodes: int = 1
-    actor_num_gpus_per_node: int = 2
-    zero_stage: int = 2
+    actor_num_nodes: int = setting(1, ge=1)
+    actor_num_gpus_per_node: int = setting(2, ge=1)
+    zero_stage: int = setting(2, ge=0, le=3)
     bf16: bool = False
     adam_offload: bool = False
     colocate_actor_ref: bool = True
     colocate_critic: bool = True
     colocate_all: bool = True
-    ref_num_nodes: int = 1
-    ref_num_gpus_per_node: int = 1
-    critic_num_nodes: int = 1
-    critic_num_gpus_per_node: int = 1
-    vllm_num_engines: int = 1
-    vllm_tensor_parallel_size: int = 1
-    vllm_gpu_memory_utilization: float = 0.5
-    ray_num_cpus: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.zero_stage not in (0, 1, 2, 3):
-            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
-        for name in ("actor_num_nodes", "actor_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node",
-                     "critic_num_nodes", "critic_num_gpus_per_node"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"distributed.{name} must be >= 1, got {getattr(self, name)}")
+    ref_num_nodes: int = setting(1, ge=1)
+    ref_num_gpus_per_node: int = setting(1, ge=1)
+    critic_num_nodes: int = setting(1, ge=1)
+    critic_num_gpus_per_node: int = setting(1, ge=1)
+    vllm_num_engines: int = setting(1, ge=1)
+    vllm_tensor_parallel_size: int = setting(1, ge=1)
+    vllm_gpu_memory_utilization: float = setting(0.5, gt=0, le=1)
+    ray_num_cpus: int | None = setting(None, ge=1)
 
     @property
     def separate_ref(self) -> bool:
@@ -337,12 +327,12 @@ class RLConfig(RunConfig):
             noisy/reverberant audio too, as SFT did, keep RL from drifting away from robustness.
     """
 
-    max_steps: int = 50
+    max_steps: int = setting(50, ge=1)
     save_steps: int = 25
     eval_steps: int = 25
     critic_pretrain: str | None = None
     reward_pretrain: str | None = None
-    freeze_critic_steps: int = 0
+    freeze_critic_steps: int = setting(0, ge=0)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -363,9 +353,10 @@ class RLConfig(RunConfig):
             raise ValueError(f"rollout_batch_size x n_samples_per_prompt = {total} samples is not a multiple of "
                              f"train_batch_size {train}")
         if train % micro:
-            raise ValueError(f"train_batch_size {train} is not a multiple of micro_train_batch_size {micro}")
-        if self.algo.sft_coef < 0:
-            raise ValueError(f"algo.sft_coef must be >= 0, got {self.algo.sft_coef}")
+            what = (f"train_batch_size {train}" if self.optim.train_batch_size else
+                    f"rollout_batch_size x n_samples_per_prompt = {b} x {n} = {total} samples (one optimiser step "
+                    "per rollout: train_batch_size=0)")
+            raise ValueError(f"{what} is not a multiple of micro_train_batch_size {micro}; change one of them")
         if self.algo.sft_coef > 0 and self.prompt_data:
             raise ValueError("algo.sft_coef trains on reference transcripts, which audio manifests carry and "
                              f"text prompt sets (prompt_data={self.prompt_data}) do not; set algo.sft_coef=0")

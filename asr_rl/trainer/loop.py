@@ -14,8 +14,7 @@ from tqdm import tqdm
 from asr_rl.models.sampling import sequence_seed
 from asr_rl.rewards.base import check_output
 from asr_rl.trainer.advantages import AdvantageInputs, compute_advantages
-from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, rng_state, save_checkpoint, save_final,
-                                       set_rng_state)
+from asr_rl.trainer.checkpoint import load_state, rng_state, save_checkpoint, save_final, set_rng_state
 from asr_rl.trainer.config import RLConfig
 from asr_rl.trainer.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
 from asr_rl.trainer.masked import masked_mean
@@ -148,14 +147,13 @@ class RLTrainer:
             metrics["time/elapsed_min"] = (time.perf_counter() - run_start) / 60
             out_of_time = 0 < cfg.max_minutes <= metrics["time/elapsed_min"]
             step, last = self.step_no, self.step_no >= cfg.max_steps or out_of_time
+            if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
+                self.save()  # before the evaluation: a failing evaluation cannot lose the step's update
             if self.eval_fn is not None and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
                 metrics.update(self.eval_fn())
             self.logger.log(step, metrics)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
-            if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
-                self.save()
-                kill_if_requested(step)
             if out_of_time:
                 log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
                 break

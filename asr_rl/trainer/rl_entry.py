@@ -43,6 +43,8 @@ def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
 def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.batching import BatchLoader
     from asr_rl.data.manifest import read_manifest
+    from asr_rl.models.codec import ResponseCodec
+    from asr_rl.models.tokenizer import require_writable
     from asr_rl.trainer.augment import VariantAugmenter
     from asr_rl.trainer.common import setup_run
 
@@ -50,6 +52,8 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     if not cfg.train_manifest:
         raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
     utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
+    # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
+    require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
     loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                          sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed))
     workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray

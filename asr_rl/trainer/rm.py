@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from asr_rl.config import RunConfig
+from asr_rl.config import RunConfig, setting
 from asr_rl.data.prompts import read_preferences
 from asr_rl.models.reward_model import render_pair
 from asr_rl.trainer.checkpoint import save_checkpoint, save_final
@@ -35,14 +35,14 @@ class RMConfig(RunConfig):
         max_len: tokens per scored text.
     """
 
-    max_steps: int = 200
-    train_batch_size: int = 8
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    max_norm: float = 1.0
-    lr_warmup_ratio: float = 0.05
+    max_steps: int = setting(200, ge=1)
+    train_batch_size: int = setting(8, ge=1)
+    learning_rate: float = setting(1e-3, gt=0)
+    weight_decay: float = setting(0.0, ge=0)
+    max_norm: float = setting(1.0, gt=0)
+    lr_warmup_ratio: float = setting(0.05, ge=0, lt=1)
     margin: float = 0.0
-    max_len: int = 512
+    max_len: int = setting(512, ge=1)
 
 
 def load_rm_from_lm(path: str):

@@ -20,8 +20,10 @@ from tqdm import tqdm
 
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
+from asr_rl.models.codec import ResponseCodec
+from asr_rl.models.tokenizer import require_writable
 from asr_rl.trainer.augment import VariantAugmenter, mask_states, spec_augment
-from asr_rl.trainer.checkpoint import (kill_if_requested, load_state, policy_resume_weights, restore_policy_weights, rng_state,
+from asr_rl.trainer.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                       save_checkpoint, save_final, set_rng_state)
 from asr_rl.trainer.common import build_optimizer, build_scheduler, load_policy, make_logger, setup_run
 from asr_rl.trainer.config import SFTConfig
@@ -81,9 +83,10 @@ def _drop_tokens(policy, targets, p: float, rng: np.random.Generator):
 def train_sft(cfg: SFTConfig):
     """Run SFT to `max_steps` (or `max_minutes`), checkpointing and evaluating as configured."""
     ctx = setup_run(cfg)
-    policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
     utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
                          max_duration=cfg.data.max_duration)
+    require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
+    policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
     ctc_head = _make_ctc_head(policy, cfg, ctx.device)
     params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
     optimizer = build_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas)
@@ -118,14 +121,13 @@ def train_sft(cfg: SFTConfig):
                         "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60})
         out_of_time = cfg.max_minutes > 0 and metrics["time/elapsed_min"] >= cfg.max_minutes
         last = step >= cfg.max_steps or out_of_time
+        if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):  # saved before evaluating
+            _save(ctx.output_dir, step, policy, ctc_head, optimizer, scheduler, loader, cfg.max_ckpt_num)
         if cfg.eval_manifest and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
             metrics.update(evaluate_during_training(policy, cfg.eval_manifest, cfg.eval))
         logger.log(step, metrics)
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['loss/total']:.3f}")
-        if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
-            _save(ctx.output_dir, step, policy, ctc_head, optimizer, scheduler, loader, cfg.max_ckpt_num)
-            kill_if_requested(step)
         if out_of_time:
             log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
             break

@@ -40,6 +40,11 @@ def test_eval_cli_bad_inputs(tiny_model, tmp_path, capsys):
     assert "is empty" in capsys.readouterr().err
     assert main(["eval", "--model", str(tiny_model), "--test-set", "noequals"]) == 2
     assert "NAME=PATH" in capsys.readouterr().err
+    # every utterance failing is not a result: exit 1, naming the set
+    lost = write_manifest(tmp_path / "lost.jsonl", [{"id": f"u{i}", "audio": f"gone{i}.wav", "text": "call anna",
+                                                     "language": "en"} for i in range(2)])
+    assert main(["eval", "--model", str(tiny_model), "--test-set", f"lost={lost}", "--quiet"]) == 1
+    assert "every utterance of lost failed" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")

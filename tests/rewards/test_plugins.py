@@ -117,3 +117,40 @@ def test_builtin_spec_takes_weights_per_term():
     assert out.rewards == [pytest.approx(2 * 8 / 9), pytest.approx(2.5)]
     with pytest.raises(ValueError, match="weight of term 'keyword' is not a number: 'x'"):
         load_reward_spec("builtin:cer,keyword=x")
+
+
+def test_a_reward_file_that_blocks_stops_the_step_naming_reward_and_utterances(tmp_path):
+    import time
+
+    from asr_rl.rewards.combine import build_reward
+    from asr_rl.rewards.config import RewardConfig
+
+    path = _file(tmp_path, "import time\ndef reward_func(queries, prompts, labels):\n    time.sleep(60)\n")
+    reward = build_reward(RewardConfig(file=str(path), timeout=0.5))
+    start = time.perf_counter()
+    with pytest.raises(RewardError, match=r"reward 'my_reward.py.*' did not return within reward.timeout=0.5 s "
+                                          r"for 2 samples \(utterances u1, u2\)"):
+        reward(SAMPLES)
+    assert time.perf_counter() - start < 5
+    # a reward within its time, and one that raises, behave as without the limit
+    fast = build_reward(RewardConfig(file=str(_file(tmp_path, "def reward_func(queries, prompts, labels):\n"
+                                                              "    return [1.0] * len(queries)\n")), timeout=5))
+    assert fast(SAMPLES).rewards == [1.0, 1.0]
+    bad = build_reward(RewardConfig(file=str(_file(tmp_path, "def reward_func(queries, prompts, labels):\n"
+                                                             "    raise KeyError('x')\n")), timeout=5))
+    with pytest.raises(RewardError, match="KeyError"):
+        bad(SAMPLES)
+
+
+@pytest.mark.parametrize("override, message", [
+    (["reward.remote_timeout=5"], "reward.remote_timeout does not apply to a reward given by reward.terms"),
+    (["reward.timeout=5", "reward.remote_url=http://127.0.0.1:1"], "reward.timeout does not apply to a reward given by "
+                                                            "reward.remote_url (a remote reward's time limit is"),
+    (["reward.file=f.py", "reward.terms={wer: 1.0}"], "reward.terms does not apply to a reward given by reward.file"),
+])
+def test_reward_settings_that_do_not_apply_are_refused(override, message):
+    from asr_rl.config import ConfigError, load_config
+    from asr_rl.trainer.config import RLConfig
+
+    with pytest.raises(ConfigError, match=message.replace("(", "\\(")):
+        load_config(RLConfig, None, override)

@@ -107,7 +107,7 @@ def test_reward_clipping_and_the_settings_reach_the_loop():
 @pytest.mark.parametrize("override, message", [
     ("algo.reward_clip_range=[1,-1]", "algo.reward_clip_range must be \\[low, high\\] with low < high"),
     ("algo.reward_clip_range=[1]", "algo.reward_clip_range must be"),
-    ("algo.group_std_eps=0", "algo.group_std_eps must be > 0"),
+    ("algo.group_std_eps=0", "`algo.group_std_eps` must be > 0, got 0"),
 ])
 def test_bad_reward_clip_and_std_eps_are_refused(override, message):
     from asr_rl.config import ConfigError, load_config

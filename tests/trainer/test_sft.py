@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from asr_rl.trainer.config import SFTConfig
 from asr_rl.trainer.metrics import read_metrics
 from asr_rl.trainer.sft import train_sft
 
+FAULT = Path(__file__).resolve().parents[1] / "fault.py"  # SIGKILL at a chosen point, outside the product
 
 def _overrides(tiny_model, tiny_corpus, out, *extra):
     return [f"pretrain={tiny_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", f"output_dir={out}",
@@ -86,9 +86,9 @@ def test_sft_killed_after_step_2_resumes_to_the_same_result(tiny_model, tiny_cor
     straight = tmp_path / "straight"
     train_sft(_cfg(tiny_model, tiny_corpus, straight, "max_steps=3"))
     resumed = tmp_path / "resumed"
-    args = [str(a) for a in [Path(sys.executable).parent / "asr-rl", "train", "sft", *_overrides(
+    args = [str(a) for a in [sys.executable, FAULT, "after-step", 2, "--", "train", "sft", *_overrides(
         tiny_model, tiny_corpus, resumed, "max_steps=3")]]
-    killed = subprocess.run(args, env={**os.environ, "ASR_RL_KILL_AFTER_STEP": "2"}, capture_output=True, text=True)
+    killed = subprocess.run(args, capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert not (resumed / "final").exists()
     train_sft(_cfg(tiny_model, tiny_corpus, resumed, "max_steps=3", "resume=auto"))
@@ -100,6 +100,25 @@ def test_sft_killed_after_step_2_resumes_to_the_same_result(tiny_model, tiny_cor
     worst = max((pa[n] - pb[n]).abs().max().item() for n in pa)
     assert worst < 1e-6, worst
     assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000003"]
+
+
+def test_killed_during_a_checkpoint_save_resumes_from_the_one_before(tiny_model, tiny_corpus, tmp_path):
+    # SIGKILL after step 2's weights are written and before its resume state: step 1's checkpoint
+    # stays loadable, resume=auto picks it, and the run ends where an uninterrupted one does
+    straight = tmp_path / "straight"
+    train_sft(_cfg(tiny_model, tiny_corpus, straight, "max_steps=3", "save_steps=1"))
+    run = tmp_path / "run"
+    args = [str(a) for a in [sys.executable, FAULT, "mid-save", 2, "--", "train", "sft", *_overrides(
+        tiny_model, tiny_corpus, run, "max_steps=3", "save_steps=1")]]
+    killed = subprocess.run(args, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    left = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert "step_000001" in left and "step_000002" not in left and any(".tmp" in n for n in left), left
+    train_sft(_cfg(tiny_model, tiny_corpus, run, "max_steps=3", "save_steps=1"))
+    assert not any(".tmp" in p.name for p in (run / "checkpoints").iterdir())
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+    pa, pb = _params(straight / "final"), _params(run / "final")
+    assert max((pa[n] - pb[n]).abs().max().item() for n in pa) < 1e-6
 
 
 def test_every_micro_batch_of_every_step_draws_its_own_augmentation(tiny_model, tiny_corpus, tmp_path, monkeypatch):
@@ -139,3 +158,27 @@ def test_noise_and_reverb_augmentation_hits_the_requested_snr():
     (reverbed,) = augment_waveforms([wav], AugmentConfig(noise_prob=0.0, reverb_prob=1.0), rng)
     assert reverbed.shape == wav.shape and not np.allclose(reverbed, wav)
     assert np.array_equal(augment_waveforms([wav], AugmentConfig(noise_prob=0.0), rng)[0], wav)
+
+
+def test_transcripts_the_model_cannot_write_are_reported_not_trained_on(tiny_model, tiny_corpus, tmp_path, capsys):
+    # the tiny model's character tokenizer was built from en/zh texts: Japanese kana would be
+    # dropped from the targets (an empty target trains nothing) if nothing checked
+    import json
+
+    from asr_rl.cli import main
+
+    rows = [json.loads(x) for x in (tiny_corpus / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["audio"] = str(tiny_corpus / r["audio"])
+    rows[1]["text"] = "アニメ"
+    rows[3]["text"] = rows[3]["text"] + " ✓"
+    manifest = tmp_path / "ja.jsonl"
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert main(["data", "check", "--manifest", str(manifest), "--model", str(tiny_model)]) == 1
+    out = capsys.readouterr().out
+    assert f"{manifest}:2: characters the model ({tiny_model}) cannot write: ア ニ メ" in out
+    assert f"{manifest}:4: characters the model ({tiny_model}) cannot write: ✓" in out and "bad lines:  2" in out
+    with pytest.raises(ValueError, match=rf"2 transcripts hold characters .* e\.g\. {manifest}:2: ア ニ メ; "
+                                         rf"{manifest}:4: ✓"):
+        train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", f"train_manifest={manifest}"))
+    assert main(["data", "check", "--manifest", str(tiny_corpus / "train.jsonl"), "--model", str(tiny_model)]) == 0

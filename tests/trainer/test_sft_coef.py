@@ -76,5 +76,5 @@ def test_sft_coef_adds_the_weighted_ce_and_pulls_the_policy_toward_the_reference
 def test_sft_coef_needs_reference_transcripts(tmp_path):
     with pytest.raises(ConfigError, match=r"algo.sft_coef trains on reference transcripts.*prompt_data="):
         load_rl_config("grpo", None, [f"prompt_data={tmp_path / 'p.jsonl'}", "algo.sft_coef=0.5"])
-    with pytest.raises(ConfigError, match=r"algo.sft_coef must be >= 0, got -1.0"):
+    with pytest.raises(ConfigError, match=r"`algo.sft_coef` must be >= 0, got -1.0"):
         load_rl_config("grpo", None, ["algo.sft_coef=-1"])

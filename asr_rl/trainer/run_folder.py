@@ -1,0 +1,125 @@
+"""A run folder holds one run: checked paths, an exclusive lock, and the settings that define it.
+
+Before anything is written or loaded: every path setting is checked; the folder is locked (a
+second run into it stops instead of interleaving metrics and weights; the kernel releases the lock
+when its holder dies, so a killed run never leaves a stale one); a folder that already holds
+checkpoints is resumed only by the same run (same command and run-defining settings, recorded in
+`run.json`), else the run stops and says how to resume, overwrite or pick another folder. Only then
+are `config.yaml` and `run.json` written.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from asr_rl.config import ConfigError, leaf_values, save_config
+from asr_rl.utils import atomic_write_text
+
+log = logging.getLogger("asr_rl.train")
+
+RUN_FILE = "run.json"
+LOCK_FILE = ".lock"
+# Settings a resumed run may change: how long and how often, where it logs and evaluates, where it
+# runs. Every other setting defines the run.
+RESUMABLE_CHANGES = {"resume", "overwrite_output_dir", "max_steps", "max_minutes", "save_steps", "eval_steps",
+                     "eval_manifest", "max_ckpt_num", "num_threads", "device", "logging", "eval",
+                     "distributed.ray_num_cpus"}
+# Path settings: (key, kind) checked up front; "model" = a folder with config.json.
+PATH_KEYS = (("pretrain", "model"), ("critic_pretrain", "model"), ("reward_pretrain", "model"),
+             ("train_manifest", "file"), ("prompt_data", "file"), ("eval_manifest", "file"), ("reward.file", "file"))
+
+
+def check_paths(cfg) -> None:
+    """Every path setting that is set exists (before any model or data loads): a ConfigError names
+    the key and the path."""
+    for key, kind in PATH_KEYS:
+        value = _get(cfg, key)
+        if not value:
+            continue
+        path = Path(value)
+        ok = (path / "config.json").is_file() if kind == "model" else path.is_file()
+        if not ok:
+            what = "a model folder with config.json" if kind == "model" else "a file"
+            raise ConfigError(f"`{key}={value}`: {path} is not {what}")
+
+
+class RunLock:
+    """An exclusive `flock` on `<output_dir>/.lock`, held until `release()` or process exit."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / LOCK_FILE
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            raise ConfigError(f"output_dir {folder} is in use by another run (pid {holder}); wait for it to finish, "
+                              "or choose another output_dir") from None
+        previous = os.pread(self.fd, 64, 0).decode(errors="replace").strip()
+        if previous:
+            log.info("%s: the run before (pid %s) ended without releasing its lock; taking it over", folder, previous)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def defining_settings(cfg) -> dict:
+    """The settings that define a run, by dotted key."""
+    return {k: v for k, v in leaf_values(cfg).items()
+            if k not in RESUMABLE_CHANGES and k.split(".", 1)[0] not in RESUMABLE_CHANGES}
+
+
+def claim_run_folder(cfg, command: str, has_checkpoints: bool) -> None:
+    """Check that `cfg.output_dir` may take this run, then write its `config.yaml` and `run.json`."""
+    out = Path(cfg.output_dir)
+    if has_checkpoints and cfg.resume == "auto":
+        _check_same_run(out, cfg, command)
+    elif has_checkpoints and cfg.resume in ("none", "", "false"):
+        if not cfg.overwrite_output_dir:
+            raise ConfigError(f"output_dir {out} holds another run's checkpoints and resume=none; add "
+                              "overwrite_output_dir=true to delete them and start over, resume=auto to continue "
+                              "that run, or choose another output_dir")
+        for name in ("checkpoints", "final", "tensorboard", "metrics.jsonl"):
+            target = out / name
+            shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        log.info("overwrite_output_dir: removed the previous run's checkpoints and metrics from %s", out)
+    save_config(cfg, out / "config.yaml")
+    atomic_write_text(out / RUN_FILE, json.dumps({"command": command, "settings": defining_settings(cfg)},
+                                                 indent=1, sort_keys=True, default=str) + "\n")
+
+
+def _check_same_run(out: Path, cfg, command: str) -> None:
+    recorded = out / RUN_FILE
+    if not recorded.is_file():
+        return  # a folder from before run.json: nothing to compare against
+    before = json.loads(recorded.read_text())
+    now = json.loads(json.dumps(defining_settings(cfg), default=str))
+    diffs = [f"command: {before['command']} -> {command}"] if before["command"] != command else []
+    keys = sorted(set(before["settings"]) | set(now))
+    diffs += [f"{k}: {before['settings'].get(k)!r} -> {now.get(k)!r}" for k in keys
+              if before["settings"].get(k) != now.get(k)]
+    if diffs:
+        shown = "; ".join(diffs[:6]) + (f"; and {len(diffs) - 6} more" if len(diffs) > 6 else "")
+        raise ConfigError(f"output_dir {out} holds the checkpoints of a different run ({shown}). To resume that run, "
+                          f"use its settings ({out / 'config.yaml'}); to start over in this folder, add resume=none "
+                          "overwrite_output_dir=true; or choose another output_dir")
+
+
+def _get(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part, None)
+    return cfg
+
+
+__all__ = ["check_paths", "RunLock", "claim_run_folder", "defining_settings", "RUN_FILE"]

@@ -1,0 +1,55 @@
+"""Fault injection for the resume tests, kept out of the production path: runs the `asr-rl` command
+line in this process with a wrapper that SIGKILLs the process (no cleanup runs, like an OOM kill or
+a preempted node) at a chosen point.
+
+    python tests/fault.py after-step N   -- train grpo key=value ...   # after step N is logged
+    python tests/fault.py mid-save N     -- train sft key=value ...    # step N's weights written, state not
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str]) -> int:
+    mode, step, sep, *cli = argv
+    assert sep == "--" and mode in ("after-step", "mid-save"), __doc__
+    target = int(step)
+    import asr_rl.trainer.checkpoint as ckpt
+    import asr_rl.trainer.loop as loop
+    import asr_rl.trainer.sft as sft
+    from asr_rl.trainer.metrics import MetricsLogger
+
+    if mode == "after-step":
+        log = MetricsLogger.log
+
+        def log_then_die(self, n, metrics):
+            log(self, n, metrics)
+            if n == target:
+                _die()
+
+        MetricsLogger.log = log_then_die
+    else:
+        save = ckpt.save_checkpoint
+
+        def save_dying_between_weights_and_state(output_dir, n, save_model, *args, **kwargs):
+            def weights_then_die(folder):
+                save_model(folder)
+                _die()
+
+            return save(output_dir, n, weights_then_die if n == target else save_model, *args, **kwargs)
+
+        for module in (ckpt, loop, sft):
+            module.save_checkpoint = save_dying_between_weights_and_state
+    from asr_rl.cli import main as cli_main
+
+    return cli_main(cli)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
