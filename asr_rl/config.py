@@ -411,7 +411,7 @@ def _build(cls: type[T], nested: dict, prefix: str) -> T:
     try:
         obj = cls(**kwargs)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"{prefix or 'config'}: {e}") from None
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {e}") from None
     return obj
 
 

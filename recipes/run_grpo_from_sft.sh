@@ -56,7 +56,8 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
   log "Stage 2: GRPO (backend=$BACKEND, engine=$ENGINE, ranks=$NUM_RANKS, ZeRO-$ZERO_STAGE)"
   start=$(date +%s)
   reward_args=()
-  [ -n "$REWARD_URL" ] && reward_args=("reward.remote_url=$REWARD_URL")
+  # a remote reward replaces the config's built-in terms (the server scores with its own)
+  [ -n "$REWARD_URL" ] && reward_args=("reward.remote_url=$REWARD_URL" "reward.terms=null")
   asr-rl train grpo --config "$CONFIG" pretrain="$SFT_MODEL" train_manifest="$CORPUS/train.jsonl" \
     eval_manifest="$CORPUS/dev.jsonl" output_dir="$EXP/grpo" backend="$BACKEND" rollout.engine="$ENGINE" \
     distributed.actor_num_gpus_per_node="$NUM_RANKS" distributed.zero_stage="$ZERO_STAGE" \

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from asr_rl.cli import main
 from tests.conftest import write_manifest, write_tone
 
@@ -57,3 +59,19 @@ def test_data_synth_then_check_through_the_cli(tmp_path, capsys):
     # the same folder with other parameters is refused, naming the folder
     assert main(["data", "synth", "--out", str(out), "--train", "5", "--test", "2", "--quiet"]) == 2
     assert str(out) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("grpo", ["temperature=-1"], "`temperature` (rollout.temperature) must be > 0"),
+    ("grpo", ["rollout.top_p=1.5"], "`rollout.top_p` must be > 0 and <= 1, got 1.5"),
+    ("sft", ["learning_rate=-0.001"], "`learning_rate` must be > 0, got -0.001"),
+    ("sft", ["model.dtype=float16"], "`model.dtype` expects one of 'float32', 'bfloat16'"),
+    ("grpo", ["max_new_tokens=0"], "`max_new_tokens` (rollout.max_new_tokens) must be >= 1, got 0"),
+    ("sft", ["pretrain=no/such/model"], "`pretrain=no/such/model`: no/such/model is not a model folder"),
+])
+def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(tmp_path, capsys, command, args, message):
+    out = tmp_path / "run"
+    assert main(["train", command, f"output_dir={out}", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()  # refused before the run folder was touched

@@ -172,3 +172,15 @@ def test_every_ranged_setting_refuses_a_value_outside_its_range_and_takes_its_de
             checked += 1
         load_config(cls)  # the defaults are all in range
     assert checked > 90
+
+
+def test_cross_setting_errors_name_the_settings_the_user_set():
+    from asr_rl.trainer.config import RLConfig
+
+    with pytest.raises(ConfigError, match=r"rollout_batch_size x n_samples_per_prompt = 3 x 2 = 6 samples \(one "
+                                          r"optimiser step per rollout: train_batch_size=0\) is not a multiple of "
+                                          r"micro_train_batch_size 4"):
+        load_config(RLConfig, None, ["rollout_batch_size=3", "n_samples_per_prompt=2", "micro_train_batch_size=4"])
+    with pytest.raises(ConfigError, match="rollout_batch_size 3 is not a multiple of the 2 policy ranks"):
+        load_config(RLConfig, None, ["backend=ray", "rollout_batch_size=3", "n_samples_per_prompt=2",
+                                     "micro_train_batch_size=2"])

@@ -9,7 +9,8 @@ from asr_rl.config import setting
 @dataclass(frozen=True)
 class RewardConfig:
     """Attributes:
-        terms: built-in terms and their weights, e.g. `{cer: 1.0, keyword: 0.3}`.
+        terms: built-in terms and their weights, e.g. `{cer: 1.0, keyword: 0.3}`; null with a
+            `file` or `remote_url` reward (terms set there do not apply and are refused).
         term_options: per-term keyword arguments, e.g. `{cer: {floor: -1.0}}`.
         file: a user `.py` file defining `reward_func` (OpenRLHF) or TRL-style functions.
         remote_url: comma-separated reward servers speaking OpenRLHF's `/get_reward` protocol.
@@ -22,7 +23,7 @@ class RewardConfig:
             `remote_timeout`).
     """
 
-    terms: dict[str, float] = field(default_factory=lambda: {"cer": 1.0})
+    terms: dict[str, float] | None = field(default_factory=lambda: {"cer": 1.0})
     term_options: dict[str, dict] = field(default_factory=dict)
     file: str | None = None
     remote_url: str | None = None
@@ -39,13 +40,17 @@ class RewardConfig:
         # a setting that does not apply to the reward chosen is a mistake, not a no-op
         default = RewardConfig.__dataclass_fields__
         changed = {k for k in ("remote_timeout", "remote_max_retries", "remote_token", "timeout", "terms", "term_options")
-                   if getattr(self, k) != (default[k].default_factory() if default[k].default_factory is not MISSING
-                                           else default[k].default)}
+                   if getattr(self, k) not in (None, default[k].default_factory() if default[k].default_factory
+                                               is not MISSING else default[k].default)}
         kind = "remote_url" if self.remote_url else "file" if self.file else "terms"
+        if kind == "terms" and not self.terms:
+            raise ValueError("reward.terms is empty: give built-in terms (e.g. {cer: 1.0}), reward.file or "
+                             "reward.remote_url")
         applies = {"remote_url": {"remote_timeout", "remote_max_retries", "remote_token"},
                    "file": {"timeout"}, "terms": {"timeout", "terms", "term_options"}}[kind]
         for key in sorted(changed - applies):
             raise ValueError(f"reward.{key} does not apply to a reward given by reward.{kind}"
                              + {"remote_url": " (a remote reward's time limit is reward.remote_timeout)",
                                 "file": " (a reward file computes its own terms)",
-                                "terms": " (remote settings need reward.remote_url)"}[kind])
+                                "terms": " (remote settings need reward.remote_url)"}[kind]
+                             + ("; a config file's terms can be cleared with reward.terms=null" if key == "terms" else ""))

@@ -15,6 +15,7 @@ Choices (DESIGN: "where it is silent, choose what an OpenRLHF user would expect"
   `language` and `keywords` lists.
 - one reward call at a time per server (a lock), because user rewards need not be thread-safe (a model
   on one GPU, a counter); scale out with several servers, which `RemoteReward` splits a batch across.
+  Bodies are decoded and validated in worker threads, outside that lock and off the event loop.
 - errors answer `{"error": "..."}`: 401 bad token, 400 invalid JSON, 413 body too large, 415 not JSON,
   422 malformed fields, 500 when the reward raises or returns the wrong count or a non-finite value.
 """
@@ -209,8 +210,8 @@ def _check_token(request: Request, token: str | None) -> None:
         raise BadRequest(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'")
 
 
-async def _read_json(request: Request, limit: int):
-    """The body as JSON: 415 unless JSON, 413 past `limit` bytes (also for chunked bodies), 400 if invalid."""
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The raw body: 415 unless JSON, 413 past `limit` bytes (also for chunked bodies)."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
         raise BadRequest(415, f"content type {media or 'none'!r} is not supported; "
@@ -225,8 +226,13 @@ async def _read_json(request: Request, limit: int):
         if size > limit:
             raise BadRequest(413, too_big)
         body.append(chunk)
+    return b"".join(body)
+
+
+def _json(raw: bytes):
+    """The body as JSON, 400 if invalid."""
     try:
-        return json.loads(b"".join(body))
+        return json.loads(raw)
     except ValueError as e:
         raise BadRequest(400, f"request body is not valid JSON: {e}") from None
 
@@ -256,7 +262,10 @@ def create_app(reward, token: str | None = None, max_request_bytes: int = DEFAUL
     async def get_reward(request: Request):
         try:
             _check_token(request, token)
-            samples = parse_request(await _read_json(request, max_request_bytes))
+            raw = await _read_body(request, max_request_bytes)
+            # Decoding and validating a large body takes seconds: in a worker thread and outside
+            # the scoring lock, so the event loop and the other requests go on meanwhile.
+            samples = await run_in_threadpool(lambda: parse_request(_json(raw)))
             if not samples:
                 return {"rewards": [], "scores": [], "extra_logs": {}}
             # The reward is CPU- or GPU-bound sync code: keep the event loop free for /health.

@@ -364,6 +364,11 @@ class RLConfig(RunConfig):
                                                                       or self.reward_pretrain):
             raise ValueError("algo.reward_aggregation=normalize_then_sum combines the built-in terms by their weights "
                              "(reward.terms); a remote, file or model reward gives one score: use reward_aggregation=sum")
+        ranks = self.distributed.actor_num_nodes * self.distributed.actor_num_gpus_per_node
+        if self.backend == "ray" and b % ranks:
+            raise ValueError(f"rollout_batch_size {b} is not a multiple of the {ranks} policy ranks "
+                             "(distributed.actor_num_nodes x actor_num_gpus_per_node): each rank trains on whole "
+                             "groups in equal shares")
         if self.model.freeze_encoder is False:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")

@@ -147,6 +147,7 @@ def test_a_reward_file_that_blocks_stops_the_step_naming_reward_and_utterances(t
     (["reward.timeout=5", "reward.remote_url=http://127.0.0.1:1"], "reward.timeout does not apply to a reward given by "
                                                             "reward.remote_url (a remote reward's time limit is"),
     (["reward.file=f.py", "reward.terms={wer: 1.0}"], "reward.terms does not apply to a reward given by reward.file"),
+    (["reward.terms=null"], "reward.terms is empty"),
 ])
 def test_reward_settings_that_do_not_apply_are_refused(override, message):
     from asr_rl.config import ConfigError, load_config
@@ -154,3 +155,7 @@ def test_reward_settings_that_do_not_apply_are_refused(override, message):
 
     with pytest.raises(ConfigError, match=message.replace("(", "\\(")):
         load_config(RLConfig, None, override)
+    # a config file's terms are cleared for a remote reward
+    cfg = load_config(RLConfig, None, ["reward.terms={cer: 1.0, keyword: 0.3}", "reward.remote_url=http://127.0.0.1:1",
+                                       "reward.terms=null"])
+    assert cfg.reward.terms is None

@@ -113,6 +113,7 @@ def test_pretrain_not_an_audio_llm_and_empty_manifest(tiny_model, tiny_corpus, t
     with pytest.raises(ValueError, match="holds no utterances"):
         run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "a")[:1] + [
             f"train_manifest={tmp_path / 'empty.jsonl'}", f"output_dir={tmp_path / 'a'}"]))
-    with pytest.raises(FileNotFoundError, match="has no config.json"):
+    with pytest.raises(ValueError, match=f"`pretrain={tmp_path}`: {tmp_path} is not a model folder with config.json"):
         run_audio_rl(load_rl_config("grpo", None, [f"pretrain={tmp_path}", f"train_manifest={tiny_corpus / 'train.jsonl'}",
                                                    f"output_dir={tmp_path / 'b'}"]))
+    assert not (tmp_path / "b").exists()  # refused before the run folder was made
