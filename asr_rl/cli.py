@@ -96,7 +96,8 @@ def _eval(args: argparse.Namespace) -> int:
             raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
         sets[name] = path
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
-                      device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet)
+                      device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
+                      dtype=args.dtype)
     failed = [name for name, m in report.items() if m.failed and not m.utterances]
     if failed:  # a table of "-" is not a result: the caller's script must see it
         print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
@@ -172,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--num-beams", type=int, default=1)
     ev.add_argument("--max-new-tokens", type=int, default=96)
     ev.add_argument("--device", default="auto")
+    ev.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="weights dtype (auto: as the checkpoint was saved)")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_eval)
 

@@ -87,14 +87,15 @@ def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_be
 
 def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
              batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
-             force_language: bool | None = None, progress: bool = True) -> dict[str, SetMetrics]:
-    """Evaluate `model` on each named test set; write reports under `output` when given."""
+             force_language: bool | None = None, progress: bool = True, dtype: str = "auto") -> dict[str, SetMetrics]:
+    """Evaluate `model` on each named test set; write reports under `output` when given. `dtype`:
+    float32, bfloat16, or auto (the dtype the checkpoint was saved in)."""
     from asr_rl.models.audio_policy import AudioPolicy
 
     for name, path in test_sets.items():
         if not Path(path).is_file():
             raise FileNotFoundError(f"test set {name}={path}: file does not exist")
-    policy = AudioPolicy.from_pretrained(model, device=resolve_device(device))
+    policy = AudioPolicy.from_pretrained(model, device=resolve_device(device), dtype=resolve_dtype(model, dtype))
     if force_language is not None:
         policy.force_language = force_language
     report: dict[str, SetMetrics] = {}
@@ -107,6 +108,18 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
         write_reports(report, Path(output), model=str(model))
     print(format_table(report))
     return report
+
+
+def resolve_dtype(model: str | Path, dtype: str) -> torch.dtype:
+    """`auto`: the dtype a checkpoint was saved in (float32 unless its config says bfloat16)."""
+    if dtype == "auto":
+        from asr_rl.models.policy_base import read_model_config
+
+        saved = str(getattr(read_model_config(model), "dtype", None) or "float32").removeprefix("torch.")
+        dtype = "bfloat16" if saved == "bfloat16" else "float32"
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"--dtype {dtype!r}: choose auto, float32 or bfloat16")
+    return getattr(torch, dtype)
 
 
 def format_table(report: dict[str, SetMetrics]) -> str:

@@ -92,6 +92,14 @@ class AudioPolicy(CausalPolicy):
         self.encoder_cache.fingerprint = encoder_fingerprint(self.spec.audio_tower(self.model), self.processor)
         self.encoder_cache.save(path)
 
+    def _reference_skips(self) -> dict[int, object]:
+        # the reference scores prompt rows that carry the audio states already: no tower; the
+        # encoder cache and the processor are shared, not copied
+        skips = {id(self.encoder_cache): self.encoder_cache, id(self.processor): self.processor}
+        if self.encoder_frozen:
+            skips[id(self.spec.audio_tower(self.model))] = nn.Identity()
+        return skips
+
     @property
     def encoder_frozen(self) -> bool:
         return not any(p.requires_grad for p in self.spec.audio_tower(self.model).parameters())

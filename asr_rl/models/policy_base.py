@@ -10,6 +10,7 @@ poison the ratio.
 """
 from __future__ import annotations
 
+import copy
 import fnmatch
 import inspect
 from dataclasses import dataclass
@@ -129,6 +130,26 @@ class CausalPolicy(nn.Module):
 
     def trainable_parameters(self) -> list[tuple[str, nn.Parameter]]:
         return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------ the KL reference
+    def reference_copy(self, share_frozen: bool = True) -> "CausalPolicy":
+        """A frozen copy of this policy as it is now, for the KL reference.
+
+        Only what will train is copied: a frozen parameter never changes, so with `share_frozen`
+        the reference holds the very same tensor (under LoRA the reference then owns only the
+        adapters and the projector; the LLM's base weights are shared, as OpenRLHF's and TRL's
+        LoRA references use the base weights). Modules the reference never runs
+        (`_reference_skips`, e.g. a frozen audio tower whose states every row carries) are left
+        out. `share_frozen=False` where an engine re-partitions the policy's own tensors (ZeRO-3).
+        """
+        memo: dict[int, object] = dict(self._reference_skips())
+        if share_frozen:
+            memo.update({id(p): p for p in self.model.parameters() if not p.requires_grad})
+        return copy.deepcopy(self, memo).eval().requires_grad_(False)
+
+    def _reference_skips(self) -> dict[int, object]:
+        """`{id(obj): stand-in}`: what the reference copy replaces instead of copying."""
+        return {}
 
     def pad_responses(self, rows: list[list[int]]) -> Responses:
         width = max(1, max(len(r) for r in rows))

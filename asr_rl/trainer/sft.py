@@ -87,7 +87,7 @@ def train_sft(cfg: SFTConfig):
                          max_duration=cfg.data.max_duration)
     require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
     policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
-    ctc_head = _make_ctc_head(policy, cfg, ctx.device)
+    ctc_head = _make_ctc_head(policy, cfg, ctx.device, [u.text for u in utts])
     params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
     optimizer = build_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas)
     scheduler = build_scheduler(optimizer, cfg.max_steps, cfg.lr_warmup_ratio, cfg.min_lr_ratio)
@@ -155,7 +155,7 @@ def evaluate_during_training(policy, manifest: str, eval_cfg) -> dict[str, float
     return out
 
 
-def _make_ctc_head(policy, cfg: SFTConfig, device) -> CTCHead | None:
+def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead | None:
     """CTC trains the encoder: on by default (`ctc_weight` 0.5) only when the encoder trains."""
     weight = cfg.ctc_weight if cfg.ctc_weight is not None else (0.0 if policy.encoder_frozen else 0.5)
     if weight <= 0:
@@ -164,7 +164,8 @@ def _make_ctc_head(policy, cfg: SFTConfig, device) -> CTCHead | None:
         raise ValueError(f"ctc_weight={weight} trains the audio encoder, which is frozen here (a pretrained "
                          "encoder is by default); set ctc_weight=0, or model.freeze_encoder=false to train it")
     d_audio = policy.spec.encoder_width(policy.model.config)
-    return CTCHead(d_audio, len(policy.tokenizer), blank_id=policy.pad_id, labels_per_frame=cfg.ctc_labels_per_frame,
+    labels = {t for text in texts for t in policy.tokenizer(text, add_special_tokens=False)["input_ids"]}
+    return CTCHead(d_audio, labels, labels_per_frame=cfg.ctc_labels_per_frame,
                    loss_weight=weight).to(device)
 
 

@@ -6,7 +6,6 @@ does not know how ranks are placed.
 """
 from __future__ import annotations
 
-import copy
 import logging
 
 import torch
@@ -60,7 +59,7 @@ class LocalWorkers:
         self.cfg = cfg
         self.policy = policy
         needs_ref = cfg.algo.init_kl_coef > 0
-        self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if needs_ref else None
+        self.ref = policy.reference_copy() if needs_ref else None
         self.critic = critic
         self.actor_strategy = make_strategy([p for _, p in policy.trainable_parameters()], cfg,
                                             cfg.optim.actor_learning_rate)

@@ -106,3 +106,34 @@ def test_parse_output_reads_language_tag_and_flags_malformed(policy):
     assert policy.parse("call anna", "en") == (None, "call anna", False)
     policy.force_language = True
     assert policy.parse(" call anna ", "zh") == ("Chinese", "call anna", True)
+
+
+def _owned_bytes(ref, policy) -> int:
+    shared = {p.data_ptr() for p in policy.model.parameters()}
+    return sum(p.numel() * p.element_size() for p in ref.model.parameters() if p.data_ptr() not in shared)
+
+
+def test_the_kl_reference_copies_only_what_trains_and_leaves_the_tower_out(policy, batch):
+    policy.freeze()  # the tower frozen, as in RL
+    rows = policy.encode_batch(batch)
+    resp = policy.target_ids(batch.texts, batch.languages)
+    ref = policy.reference_copy()
+    tower = policy.spec.audio_tower(ref.model)
+    assert isinstance(tower, torch.nn.Identity) and ref.encoder_cache is policy.encoder_cache
+    trainable = sum(p.numel() * p.element_size() for _, p in policy.trainable_parameters())
+    assert _owned_bytes(ref, policy) == trainable  # frozen weights are shared, not copied
+    embeds, mask = policy.embed_rows(rows)
+    with torch.no_grad():
+        start = policy.logprobs(embeds, mask, resp)
+        assert torch.equal(ref.logprobs(*ref.embed_rows(rows), resp), start)
+        for _, p in policy.trainable_parameters():  # the policy moves on; the reference does not
+            p.add_(0.1)
+        assert not torch.equal(policy.logprobs(*policy.embed_rows(rows), resp), start)
+        assert torch.equal(ref.logprobs(*ref.embed_rows(rows), resp), start)
+    # under LoRA the reference owns only the adapters and the projector: the LLM's base is shared
+    add_lora(policy, rank=4, alpha=8, target_modules=("q_proj", "v_proj"))
+    lora_ref = policy.reference_copy()
+    lora_trainable = sum(p.numel() * p.element_size() for _, p in policy.trainable_parameters())
+    assert _owned_bytes(lora_ref, policy) == lora_trainable < trainable / 2
+    # ZeRO-3 re-partitions the policy's tensors: nothing may be shared then
+    assert _owned_bytes(policy.reference_copy(share_frozen=False), policy) > trainable

@@ -5,7 +5,6 @@ trainer/common.py); nothing here is RL math.
 """
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import warnings
@@ -36,8 +35,9 @@ class TrainerRank:
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
         self.policy = load_rl_policy(cfg, cfg.pretrain, device, text)
-        # The reference is copied before DeepSpeed partitions anything (ZeRO-3 would copy stubs).
-        self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False) if with_ref else None
+        # The reference is copied before DeepSpeed partitions anything (ZeRO-3 would copy stubs), and
+        # under ZeRO-3 shares nothing with the policy, whose tensors DeepSpeed then re-partitions.
+        self.ref = (self.policy.reference_copy(share_frozen=cfg.distributed.zero_stage < 3) if with_ref else None)
         self.critic = build_critic(cfg, device, text, self.policy) if with_critic else None
         common = _strategy_kwargs(cfg, self.world_size)
         self.actor = DeepSpeedStrategy(self.policy.model, [p for _, p in self.policy.trainable_parameters()],

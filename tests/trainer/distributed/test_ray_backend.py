@@ -66,14 +66,17 @@ def test_two_rank_step_equals_the_local_step(local_ray, tiny_model, tiny_corpus,
     assert not bad, f"ray differs from local: {bad}"
 
 
-def test_the_step_moved_the_weights(local_ray, tiny_model, tiny_corpus, tmp_path):
+@pytest.mark.parametrize("precision", [[], ["model.dtype=bfloat16", "distributed.bf16=true"]], ids=["fp32", "bf16"])
+def test_the_step_moved_the_weights(local_ray, tiny_model, tiny_corpus, tmp_path, precision):
     from transformers import Qwen3ASRForConditionalGeneration
 
     cfg = load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "ray", "max_steps=1",
-                                                  "save_steps=0", "backend=ray", "rollout.dynamic_filtering=false"))
+                                                  "save_steps=0", "backend=ray", "rollout.dynamic_filtering=false",
+                                                  *precision))
     (rank0, _) = _one_step(cfg)
     before = dict(Qwen3ASRForConditionalGeneration.from_pretrained(tiny_model).named_parameters())
-    assert any(not torch.allclose(before[n], v) for n, v in rank0.items())
+    assert {v.dtype for v in rank0.values()} == {torch.bfloat16 if precision else torch.float32}
+    assert any(not torch.allclose(before[n].to(v.dtype), v) for n, v in rank0.items())
 
 
 def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_model, tiny_corpus, tmp_path):
