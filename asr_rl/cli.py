@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--encoder", default="default",
                       help="pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or "
                            "none (random init); default: the family's (qwen2_audio: whisper-tiny.en, qwen3_asr: none)")
-    init.add_argument("--size", default="tiny", choices=["tiny", "small"])
+    init.add_argument("--size", default="tiny", help="tiny | small; qwen3_asr also 0.6b | 1.7b (the real "
+                                                     "dimensions and vocabulary size, random weights)")
     init.add_argument("--tokenizer-from", required=True, nargs="+", help="manifest(s) whose texts make the vocabulary")
     init.add_argument("--out", required=True)
     init.add_argument("--seed", type=int, default=0)

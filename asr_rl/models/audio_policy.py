@@ -12,6 +12,7 @@ breaks the model's placeholder check and a forbidden token's -inf would poison t
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -76,6 +77,7 @@ class AudioPolicy(CausalPolicy):
 
         config = read_model_config(path)
         spec = spec_for(config.model_type)  # clear error for a folder that is not an audio-LLM
+        spec.check_folder(path, json.loads((Path(path) / "config.json").read_text(encoding="utf-8")))
         model = load_strict(spec.model_class(), path, dtype).to(device)
         from asr_rl.models.builders import read_info
 

@@ -12,6 +12,7 @@ import torch
 
 from asr_rl.trainer.actor import critic_update, forward_logprobs, forward_values, ppo_update
 from asr_rl.trainer.config import RLConfig
+from asr_rl.trainer.memory import peak_memory_gib
 from asr_rl.trainer.rollout import Experience, Sampled
 from asr_rl.trainer.strategy import LocalStrategy
 
@@ -113,6 +114,7 @@ class LocalWorkers:
             self.policy.train()
             metrics.update(ppo_update(self.policy, self.actor_strategy, exp, cfg.algo, o.micro_train_batch_size,
                                       train_size, cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
+        metrics["memory/peak_gib"] = peak_memory_gib()  # of this process (GPU memory on CUDA)
         return metrics
 
     def sync_weights(self) -> None:

@@ -137,3 +137,16 @@ def test_the_kl_reference_copies_only_what_trains_and_leaves_the_tower_out(polic
     assert _owned_bytes(lora_ref, policy) == lora_trainable < trainable / 2
     # ZeRO-3 re-partitions the policy's tensors: nothing may be shared then
     assert _owned_bytes(policy.reference_copy(share_frozen=False), policy) > trainable
+
+
+def test_the_original_qwen3_asr_release_format_is_refused_with_the_conversion_named(tiny_model, tmp_path):
+    import shutil
+
+    folder = tmp_path / "Qwen3-ASR-0.6B"
+    shutil.copytree(tiny_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["thinker_config"] = {"audio_config": {}, "text_config": {}}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"original Qwen3-ASR release format .*Qwen/Qwen3-ASR-0\.6B-hf.*"
+                                         r"convert_qwen3_asr_to_hf.py"):
+        AudioPolicy.from_pretrained(folder)

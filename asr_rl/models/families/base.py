@@ -74,6 +74,10 @@ class AudioLLMSpec:
     def model_class(self) -> type:
         raise NotImplementedError
 
+    def check_folder(self, path, raw_config: dict) -> None:
+        """Refuse a checkpoint layout this family's transformers class cannot load (before the
+        weights load), saying how to convert it; `raw_config` is the folder's config.json."""
+
     def audio_tower(self, model: nn.Module) -> nn.Module:
         return model.model.audio_tower
 

@@ -48,12 +48,32 @@ class Qwen3ASRSpec(AudioLLMSpec):
                                  downsample_hidden_size=64),
                       text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
                                 num_key_value_heads=2, head_dim=64)),
+        # the real Qwen3-ASR-0.6B / -1.7B dimensions and vocabulary size, random weights: for memory
+        # and speed measurements (scripts/bench_memory.py); the tokenizer's ids fill the first rows
+        "0.6b": dict(audio=dict(d_model=896, encoder_layers=18, encoder_attention_heads=14, encoder_ffn_dim=3584,
+                                downsample_hidden_size=480),
+                     text=dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                               num_key_value_heads=8, head_dim=128, vocab_size=151936)),
+        "1.7b": dict(audio=dict(d_model=1024, encoder_layers=24, encoder_attention_heads=16, encoder_ffn_dim=4096,
+                                downsample_hidden_size=480),
+                     text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                               num_key_value_heads=8, head_dim=128, vocab_size=151936)),
     }
 
     def model_class(self):
         from transformers import Qwen3ASRForConditionalGeneration
 
         return Qwen3ASRForConditionalGeneration
+
+    def check_folder(self, path, raw_config: dict) -> None:
+        # The original release (Qwen/Qwen3-ASR-0.6B, -1.7B) is the `qwen_asr` package's layout:
+        # transformers reads its config but none of its `thinker.*` weights (708 missing keys).
+        if "thinker_config" in raw_config:
+            raise ValueError(
+                f"{path} is the original Qwen3-ASR release format (`thinker_config`, `thinker.*` weights), which "
+                "transformers' Qwen3ASRForConditionalGeneration does not load. Use the converted `-hf` repository "
+                "(Qwen/Qwen3-ASR-0.6B-hf, Qwen/Qwen3-ASR-1.7B-hf), or convert the folder with transformers' "
+                "src/transformers/models/qwen3_asr/convert_qwen3_asr_to_hf.py (from the transformers source tree)")
 
     def tokenizer_spec(self):
         return TokenizerSpec(
@@ -101,8 +121,8 @@ class Qwen3ASRSpec(AudioLLMSpec):
                              "(--encoder) is for qwen2_audio (Whisper's encoder)")
         spec = self.check_size(size)
         audio = dict(num_mel_bins=128, output_dim=spec["text"]["hidden_size"], **spec["audio"])
-        text = dict(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
-                    rope_theta=10000.0, **spec["text"])
+        text = {"vocab_size": len(tokenizer), "max_position_embeddings": 4096, "tie_word_embeddings": True,
+                "rope_theta": 10000.0, **spec["text"]}
         audio_pad = tokenizer.convert_tokens_to_ids(AUDIO_PAD)
         config = Qwen3ASRConfig(audio_config=audio, text_config=text, audio_token_id=audio_pad,
                                 timestamp_token_id=audio_pad, pad_token_id=tokenizer.pad_token_id,

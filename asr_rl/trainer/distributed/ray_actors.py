@@ -14,6 +14,7 @@ import ray
 import torch
 
 from asr_rl.trainer.actor import critic_update, forward_logprobs, forward_values, ppo_update
+from asr_rl.trainer.memory import peak_memory_gib
 from asr_rl.trainer.common import build_critic, load_rl_policy
 from asr_rl.trainer.rollout import Experience
 
@@ -83,6 +84,7 @@ class TrainerRank:
             self.policy.train()
             metrics.update(ppo_update(self.policy, self.actor, exp, cfg.algo, o.micro_train_batch_size, train_size,
                                       cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
+        metrics["memory/peak_gib"] = peak_memory_gib()  # of this rank (GPU memory on CUDA); the mean over ranks
         return metrics
 
     def evaluate(self, utterances: list, eval_cfg) -> list:

@@ -1,0 +1,118 @@
+"""What one policy rank of an RL run will hold, estimated before the first step, and a warning when
+it will not fit.
+
+Exact for what the model's tensors are: weights, gradients and AdamW state of what trains, and
+what the KL reference owns. Estimated by formula for the rest:
+- rollout KV cache: 2 (K, V) x layers x KV heads x head dim x bytes x sequences x (prompt + response);
+- the LM head's output during the loss: logits, log-softmax and the entropy term, 4 float32
+  copies of micro x response x vocab (the biggest transient for a 151,936-token vocabulary);
+- other activations kept for backward: 34 x tokens x hidden bytes per layer at 16-bit (Korthikanti
+  et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
+  eq. 1 without the attention-score term, which SDPA does not keep), twice that in float32;
+- the runtime (Python, torch, transformers, the data), measured on this machine kind.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger("asr_rl.train")
+
+RUNTIME_BYTES = 900 * 2**20  # RSS of a process that imported torch + transformers and read the data here
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per component; `total` is their sum."""
+
+    parts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    def table(self) -> str:
+        rows = [f"  {k:<22} {v / 2**20:10.1f} MiB" for k, v in self.parts.items()]
+        return "\n".join(rows + [f"  {'total':<22} {self.total / 2**20:10.1f} MiB"])
+
+
+def _bytes(params) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences: int, prompt_len: int,
+                       response_len: int, micro_batch: int, optimizer_bytes_per_param: float | None = None,
+                       runtime_bytes: int = RUNTIME_BYTES) -> MemoryEstimate:
+    """The peak of one policy rank during an RL step.
+
+    Args:
+        policy: the loaded policy (its parameters and `trainable_parameters()` are read).
+        reference: a KL reference lives in this process.
+        share_frozen: the reference shares the frozen weights (`CausalPolicy.reference_copy`).
+        sequences: sequences sampled at once (rollout_batch_size x n_samples_per_prompt).
+        prompt_len, response_len: longest prompt (audio frames + text) and response, in tokens.
+        micro_batch: sequences per forward/backward.
+        optimizer_bytes_per_param: AdamW state per trainable parameter; default two moments in the
+            parameter's dtype (torch AdamW); DeepSpeed bf16 keeps an fp32 master copy too (12).
+    """
+    params = list(policy.model.parameters())
+    trainable = [p for _, p in policy.trainable_parameters()]
+    elem = trainable[0].element_size() if trainable else 4
+    tower = getattr(getattr(policy, "spec", None), "audio_tower", None)
+    tower_bytes = _bytes(tower(policy.model).parameters()) if tower is not None and policy.encoder_frozen else 0
+    opt = optimizer_bytes_per_param if optimizer_bytes_per_param is not None else 2 * elem
+    cfg = policy.model.config.get_text_config()
+    layers, hidden, vocab = cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
+    head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    tokens = micro_batch * (prompt_len + response_len)
+    parts = {
+        "weights": _bytes(params),
+        "gradients": _bytes(trainable),
+        "optimizer state": int(opt * sum(p.numel() for p in trainable)),
+        "reference": (_bytes(trainable) if share_frozen else _bytes(params) - tower_bytes) if reference else 0,
+        "rollout KV cache": 2 * layers * kv_heads * head_dim * elem * sequences * (prompt_len + response_len),
+        "LM-head outputs": 4 * 4 * micro_batch * response_len * vocab,
+        "activations": int(34 * tokens * hidden * layers * elem / 2),
+        "runtime": runtime_bytes,
+    }
+    return MemoryEstimate(parts)
+
+
+def available_bytes(device: str) -> int | None:
+    """Free memory where the step runs: the GPU's free memory, else the machine's MemAvailable."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.mem_get_info()[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def peak_memory_gib() -> float:
+    """The process's peak so far: allocated GPU memory on CUDA, else the peak RSS."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def report_memory(estimate: MemoryEstimate, device: str) -> None:
+    """Log the estimate; warn when it exceeds what is available."""
+    free = available_bytes(device)
+    log.info("memory estimate per policy rank (%s):\n%s", device, estimate.table())
+    if free is not None and estimate.total > free:
+        log.warning("the estimated %.1f GiB per policy rank exceed the %.1f GiB available on %s: expect an "
+                    "out-of-memory stop. Lower micro_train_batch_size or rollout_batch_size x n_samples_per_prompt, "
+                    "train in bf16 (model.dtype=bfloat16), use LoRA (model.lora_rank), or more ranks with ZeRO",
+                    estimate.total / 2**30, free / 2**30, device)
+
+
+__all__ = ["MemoryEstimate", "estimate_rl_memory", "available_bytes", "peak_memory_gib", "report_memory", "RUNTIME_BYTES"]
