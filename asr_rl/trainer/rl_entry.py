@@ -82,12 +82,12 @@ def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Pa
 
 def _report_memory(cfg: RLConfig, ctx, workers, utts) -> None:
     """Log what the step will hold (warn when it will not fit), before the first step; the prompt
-    length is that of the longest utterance, encoded."""
+    length is that of the longest utterance's prompt (the processor's, without running the encoder)."""
     from asr_rl.data.batching import load_batch
     from asr_rl.trainer.memory import estimate_rl_memory, report_memory
 
-    longest = max(utts, key=lambda u: u.duration or 0.0)
-    prompt_len = len(workers.encode(load_batch([longest], sample_rate=cfg.data.sample_rate))[0].ids)
+    longest = load_batch([max(utts, key=lambda u: u.duration or 0.0)], sample_rate=cfg.data.sample_rate)
+    prompt_len = workers.policy.prepare(list(longest.waveforms), longest.languages).input_ids.shape[1]
     r = cfg.rollout
     report_memory(estimate_rl_memory(workers.policy, reference=workers.ref is not None, share_frozen=True,
                                      sequences=r.rollout_batch_size * r.n_samples_per_prompt, prompt_len=prompt_len,
