@@ -73,7 +73,9 @@ def _train(args: argparse.Namespace) -> int:
         from asr_rl.trainer.config import SFTConfig
         from asr_rl.trainer.sft import train_sft
 
-        out = train_sft(load_config(SFTConfig, args.config, args.overrides))
+        from asr_rl.trainer.presets import load_with_checkpoint_presets
+
+        out = train_sft(load_with_checkpoint_presets(SFTConfig, "sft", args.config, args.overrides))
     elif args.algo == "rm":
         from asr_rl.trainer.rm import RMConfig, train_rm
 

@@ -160,9 +160,14 @@ class RunConfig:
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = ()) -> T:
-    """Build `cls` from its defaults, then a YAML file, then `key=value` overrides (later wins)."""
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (),
+                presets: list[str] = ()) -> T:
+    """Build `cls` from its defaults, then `key=value` presets (an algorithm's or a checkpoint's),
+    then a YAML file, then `key=value` overrides (later wins)."""
     values: dict[str, Any] = {}
+    for item in presets:
+        key, value = parse_override(item)
+        _assign(cls, values, key, value, source=f"preset {item!r}")
     if path is not None:
         for key, value in _read_yaml(Path(path)).items():
             _assign(cls, values, key, value, source=f"{path}")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from asr_rl.config import load_config
 from asr_rl.trainer.config import RLConfig
+from asr_rl.trainer.presets import load_with_checkpoint_presets
 
 log = logging.getLogger("asr_rl.train")
 
@@ -25,7 +25,7 @@ PRESETS = {
 def load_rl_config(algo: str, config: str | None, overrides: list[str]) -> RLConfig:
     if algo not in PRESETS:
         raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(PRESETS)}")
-    cfg = load_config(RLConfig, config, [*PRESETS[algo], *overrides])
+    cfg = load_with_checkpoint_presets(RLConfig, "rl", config, overrides, PRESETS[algo])
     if cfg.algo.spec.needs_critic and algo != "ppo":
         raise ValueError(f"advantage_estimator={cfg.algo.advantage_estimator} needs a critic: use `asr-rl train ppo`")
     return cfg
