@@ -14,24 +14,26 @@ from __future__ import annotations
 
 import argparse
 import re
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 
+_PEAK_OF_CHILD = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+                  "print('PEAK_KIB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+                  "sys.exit(r.returncode)")
+
+
 def run(cmd: list[str]) -> tuple[str, float, float]:
-    """(log, peak RSS GiB of the child, seconds)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(log, peak RSS GiB of the command, seconds). A fresh intermediate process waits for the
+    command alone, so earlier children (model init, conversion) do not mask its peak."""
     start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", _PEAK_OF_CHILD, *cmd], capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak <= before:
-        raise SystemExit("could not read the child's peak (a larger child ran before): run one dtype per call")
+    peak = int(re.search(r"PEAK_KIB (\d+)", out.stderr).group(1))
     return out.stderr + out.stdout, peak / 2**20, seconds
 
 
@@ -48,6 +50,15 @@ def main() -> int:
     if not (model / "config.json").is_file():
         subprocess.run([cli, "model", "init", "--arch", "qwen3_asr", "--size", args.size, "--tokenizer-from",
                         str(args.corpus / "train.jsonl"), "--out", str(model)], check=True)
+    if args.dtype == "bfloat16" and not (model.parent / f"{model.name}_bf16" / "config.json").is_file():
+        # released checkpoints are bf16 on disk; `model init` writes fp32, whose file pages would count
+        # in the peak RSS of a bf16 load
+        subprocess.run([sys.executable, "-c", (
+            "import sys, torch; from asr_rl.models.audio_policy import AudioPolicy; "
+            "AudioPolicy.from_pretrained(sys.argv[1], dtype=torch.bfloat16).save_pretrained(sys.argv[2])"),
+            str(model), str(model.parent / f"{model.name}_bf16")], check=True)
+    if args.dtype == "bfloat16":
+        model = model.parent / f"{model.name}_bf16"
     out = args.workdir / f"grpo_{args.size}_{args.dtype}_{int(time.time())}"
     log, peak, seconds = run([cli, "train", "grpo", f"pretrain={model}", f"train_manifest={args.corpus / 'train.jsonl'}",
                               f"output_dir={out}", "max_steps=1", "save_steps=0", "eval_steps=0",

@@ -32,8 +32,11 @@ def add_lora(policy, rank: int, alpha: int, target_modules: tuple[str, ...], dro
 
 
 def merged_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of `model` with every LoRA layer merged into its base layer and unwrapped."""
-    model = copy.deepcopy(model)
+    """A copy of `model` with every LoRA layer merged into its base layer and unwrapped. Only the
+    base layers that merging changes are copied; every other tensor is shared with `model` (saving
+    reads it), so a checkpoint of a 1.7B LoRA model does not hold the whole model twice."""
+    merged = {id(p) for m in model.modules() if _is_lora_layer(m) for p in m.get_base_layer().parameters()}
+    model = copy.deepcopy(model, {id(p): p for p in model.parameters() if id(p) not in merged})
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if _is_lora_layer(child):

@@ -81,7 +81,16 @@ def test_lora_checkpoint_is_a_plain_merged_model(policy, batch, tmp_path):
     resp = policy.target_ids(batch.texts, batch.languages)
     with torch.no_grad():
         before = policy.logprobs(policy.prompt_embeds(prompts, policy.encode_audio(prompts)), prompts.attention_mask, resp)
+    from asr_rl.models.lora import merged_copy
+
+    merged = merged_copy(policy.model)  # copies only the base layers it merges into
+    shared = {p.data_ptr() for p in policy.model.parameters()}
+    copied = [n for n, p in merged.named_parameters() if p.data_ptr() not in shared]
+    assert copied and all(n.endswith(("q_proj.weight", "v_proj.weight")) for n in copied), copied
     policy.save_pretrained(tmp_path / "merged")
+    with torch.no_grad():  # saving left the policy (adapters unmerged) as it was
+        assert torch.equal(policy.logprobs(policy.prompt_embeds(prompts, policy.encode_audio(prompts)),
+                                           prompts.attention_mask, resp), before)
     weights = json.dumps(sorted((tmp_path / "merged").iterdir()), default=str)
     assert "adapter" not in weights
     again = AudioPolicy.from_pretrained(tmp_path / "merged")
