@@ -9,6 +9,7 @@ are `config.yaml` and `run.json` written.
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import logging
@@ -65,6 +66,7 @@ class RunLock:
             log.info("%s: the run before (pid %s) ended without releasing its lock; taking it over", folder, previous)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        atexit.register(self.release)  # a run that ends (or fails) cleanly leaves an empty lock file
 
     def release(self) -> None:
         if self.fd is not None:

@@ -119,3 +119,10 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, dama
     assert f"{newest} is damaged ({name}" in caplog.text
     with pytest.raises(ValueError, match=f"the checkpoint is damaged \\({name}"):
         resolve_resume(tmp_path, str(newest))
+
+
+def test_a_run_that_exits_cleanly_releases_the_lock_and_leaves_no_pid(tmp_path):
+    (tmp_path / "run").mkdir()
+    subprocess.run([sys.executable, "-c", "from pathlib import Path; from asr_rl.trainer.run_folder import RunLock; "
+                    f"RunLock(Path({str(tmp_path / 'run')!r}))"], check=True)
+    assert (tmp_path / "run" / ".lock").read_text() == ""  # nothing for the next run to take over
