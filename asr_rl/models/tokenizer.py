@@ -40,6 +40,8 @@ class TokenizerSpec:
         extra_special: named special tokens the processor looks up (`audio_token`, ...).
         chat_template: the family's Jinja chat template (None for plain text LMs).
         pad: padding token; eos: end-of-turn token.
+        ids: tokens at fixed ids (a released tokenizer's, e.g. Qwen's `<|im_end|>` = 151645); the
+            characters take the first ids and unreachable placeholders fill the gap up to them.
     """
 
     special: tuple[str, ...] = (PAD, IM_START, IM_END)
@@ -48,6 +50,7 @@ class TokenizerSpec:
     chat_template: str | None = CHATML_TEMPLATE
     pad: str = PAD
     eos: str = IM_END
+    ids: dict = field(default_factory=dict)
 
 
 TEXT_FIELDS = ("text", "prompt", "label", "chosen", "rejected")
@@ -82,8 +85,13 @@ def build_char_tokenizer(texts: Iterable[str], spec: TokenizerSpec | None = None
     chars = set(string.ascii_letters + string.digits + string.punctuation + " \n")
     for t in texts:
         chars.update(t)
-    vocab_list = list(spec.special) + list(spec.added) + sorted(chars)
+    vocab_list = [t for t in (*spec.special, *spec.added) if t not in spec.ids] + sorted(chars)
     vocab = {tok: i for i, tok in enumerate(vocab_list)}
+    if spec.ids:  # the released ids: placeholders (never produced: there are no merges) fill the gap
+        at = {i: tok for tok, i in spec.ids.items()}
+        if len(vocab) > min(at):
+            raise ValueError(f"{len(vocab)} characters and tags do not fit below the fixed id {min(at)}")
+        vocab.update({at.get(i, f"<|reserved_{i}|>"): i for i in range(len(vocab), max(at) + 1)})
     # No merges: every character is its own token. Characters outside the vocabulary are dropped
     # by the tokenizer, which only matters for training targets, and those built the vocabulary.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))

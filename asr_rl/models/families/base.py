@@ -105,8 +105,9 @@ class AudioLLMSpec:
         return ("model.audio_tower.*",)
 
     # --- inputs and outputs ----------------------------------------------------------------
-    def tokenizer_spec(self) -> TokenizerSpec:
-        """Special tokens, tags and chat template of the family's tokenizer (for `model init`)."""
+    def tokenizer_spec(self, real_ids: bool = False) -> TokenizerSpec:
+        """Special tokens, tags and chat template of the family's tokenizer (for `model init`);
+        `real_ids`: the special tokens at the ids of the family's released tokenizer."""
         raise NotImplementedError
 
     def prepare(self, processor, waveforms: list[np.ndarray], languages: list[str | None],

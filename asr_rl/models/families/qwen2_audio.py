@@ -69,7 +69,7 @@ class Qwen2AudioSpec(AudioLLMSpec):
 
         return Qwen2AudioForConditionalGeneration
 
-    def tokenizer_spec(self):
+    def tokenizer_spec(self, real_ids: bool = False):  # released ids: not recorded for this family
         from transformers import Qwen2AudioProcessor
 
         tags = tuple(language_tag(code) for code in [*LANGUAGE_NAMES, UNKNOWN])

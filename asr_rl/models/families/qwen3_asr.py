@@ -12,6 +12,9 @@ from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
 from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
 
 AUDIO_START, AUDIO_END, AUDIO_PAD, ASR_TEXT = "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>", "<asr_text>"
+# Their ids in the released Qwen3-ASR tokenizer (Qwen/Qwen3-ASR-0.6B-hf, -1.7B-hf; vocabulary 151,936)
+RELEASED_IDS = {PAD: 151643, IM_START: 151644, IM_END: 151645, AUDIO_START: 151669, AUDIO_END: 151670,
+                AUDIO_PAD: 151676, ASR_TEXT: 151704}
 
 # The Qwen3-ASR conversation format: the audio sits in the user turn, the assistant turn holds
 # `language <Name><asr_text><transcript>` (the prefill may force the language).
@@ -48,16 +51,22 @@ class Qwen3ASRSpec(AudioLLMSpec):
                                  downsample_hidden_size=64),
                       text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
                                 num_key_value_heads=2, head_dim=64)),
-        # the real Qwen3-ASR-0.6B / -1.7B dimensions and vocabulary size, random weights: for memory
-        # and speed measurements (scripts/bench_memory.py); the tokenizer's ids fill the first rows
+        # tiny, with the released vocabulary size and special-token ids: the real format token for
+        # token (prompts, targets, parsing) at test speed
+        "tiny-real": dict(audio=dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128,
+                                     downsample_hidden_size=16),
+                          text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                    num_key_value_heads=1, head_dim=32, vocab_size=151936), real_ids=True),
+        # the real Qwen3-ASR-0.6B / -1.7B dimensions, vocabulary size and special-token ids, random
+        # weights: for memory and speed measurements (scripts/bench_memory.py)
         "0.6b": dict(audio=dict(d_model=896, encoder_layers=18, encoder_attention_heads=14, encoder_ffn_dim=3584,
                                 downsample_hidden_size=480),
                      text=dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                               num_key_value_heads=8, head_dim=128, vocab_size=151936)),
+                               num_key_value_heads=8, head_dim=128, vocab_size=151936), real_ids=True),
         "1.7b": dict(audio=dict(d_model=1024, encoder_layers=24, encoder_attention_heads=16, encoder_ffn_dim=4096,
                                 downsample_hidden_size=480),
                      text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                               num_key_value_heads=8, head_dim=128, vocab_size=151936)),
+                               num_key_value_heads=8, head_dim=128, vocab_size=151936), real_ids=True),
     }
 
     def model_class(self):
@@ -75,8 +84,9 @@ class Qwen3ASRSpec(AudioLLMSpec):
                 "(Qwen/Qwen3-ASR-0.6B-hf, Qwen/Qwen3-ASR-1.7B-hf), or convert the folder with transformers' "
                 "src/transformers/models/qwen3_asr/convert_qwen3_asr_to_hf.py (from the transformers source tree)")
 
-    def tokenizer_spec(self):
+    def tokenizer_spec(self, real_ids: bool = False):
         return TokenizerSpec(
+            ids=RELEASED_IDS if real_ids else {},
             special=(PAD, IM_START, IM_END, AUDIO_START, AUDIO_END, AUDIO_PAD),
             added=(ASR_TEXT, *(language_prefix(n) for n in [*LANGUAGE_NAMES.values(), "None"])),
             extra_special={"audio_token": AUDIO_PAD, "audio_bos_token": AUDIO_START, "audio_eos_token": AUDIO_END},
