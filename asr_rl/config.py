@@ -22,44 +22,13 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from asr_rl.settings import Range, setting  # noqa: F401 (setting re-exported)
+
 T = TypeVar("T")
 
 
 class ConfigError(ValueError):
     """A configuration key or value that cannot be used; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class Range:
-    """The valid values of a numeric setting (each element, for a list): bounds, each optional.
-
-    Attributes:
-        gt, ge, lt, le: value > gt, >= ge, < lt, <= le.
-        note: what the bounds mean, appended to the error (e.g. "0 = off").
-    """
-
-    gt: float | None = None
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-    note: str = ""
-
-    def holds(self, v: float) -> bool:
-        return ((self.gt is None or v > self.gt) and (self.ge is None or v >= self.ge)
-                and (self.lt is None or v < self.lt) and (self.le is None or v <= self.le))
-
-    def __str__(self) -> str:
-        parts = [f"{op} {b:g}" for op, b in ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
-                 if b is not None]
-        return " and ".join(parts) + (f" ({self.note})" if self.note else "")
-
-
-def setting(default: Any, *, gt: float | None = None, ge: float | None = None, lt: float | None = None,
-            le: float | None = None, note: str = "") -> Any:
-    """A dataclass field with its valid range beside its default: `temperature: float = setting(1.0,
-    gt=0)`. Values from a file or the command line outside the range fail at load, naming the key
-    as written, the value and the range."""
-    return field(default=default, metadata={"range": Range(gt, ge, lt, le, note)})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field
 
-from asr_rl.config import setting
+from asr_rl.settings import setting
 
 
 @dataclass(frozen=True)

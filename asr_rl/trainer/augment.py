@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from asr_rl.config import setting
+from asr_rl.settings import setting
 
 
 @dataclass(frozen=True)

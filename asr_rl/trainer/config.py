@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from asr_rl.config import RunConfig, setting
+from asr_rl.config import RunConfig
+from asr_rl.settings import setting
 from asr_rl.rewards.config import RewardConfig
 from asr_rl.trainer.augment import AugmentConfig
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from asr_rl.config import RunConfig, setting
+from asr_rl.config import RunConfig
 from asr_rl.data.prompts import read_preferences
 from asr_rl.models.reward_model import render_pair
+from asr_rl.settings import setting
 from asr_rl.trainer.checkpoint import save_checkpoint, save_final
 from asr_rl.trainer.common import make_logger, setup_run
 from asr_rl.trainer.losses import pairwise_loss
