@@ -39,18 +39,21 @@ class RewardConfig:
                              "`asr-rl reward serve --reward FILE.py` to use it remotely)")
         # a setting that does not apply to the reward chosen is a mistake, not a no-op
         default = RewardConfig.__dataclass_fields__
-        changed = {k for k in ("remote_timeout", "remote_max_retries", "remote_token", "timeout", "terms", "term_options")
-                   if getattr(self, k) not in (None, default[k].default_factory() if default[k].default_factory
-                                               is not MISSING else default[k].default)}
+        keys = ("remote_timeout", "remote_max_retries", "remote_token", "timeout", "terms", "term_options")
+        changed = {k for k in keys if getattr(self, k) not in (None, default[k].default_factory() if
+                                                                 default[k].default_factory is not MISSING
+                                                                 else default[k].default)}
         kind = "remote_url" if self.remote_url else "file" if self.file else "terms"
         if kind == "terms" and not self.terms:
             raise ValueError("reward.terms is empty: give built-in terms (e.g. {cer: 1.0}), reward.file or "
                              "reward.remote_url")
         applies = {"remote_url": {"remote_timeout", "remote_max_retries", "remote_token"},
                    "file": {"timeout"}, "terms": {"timeout", "terms", "term_options"}}[kind]
-        for key in sorted(changed - applies):
-            raise ValueError(f"reward.{key} does not apply to a reward given by reward.{kind}"
-                             + {"remote_url": " (a remote reward's time limit is reward.remote_timeout)",
-                                "file": " (a reward file computes its own terms)",
-                                "terms": " (remote settings need reward.remote_url)"}[kind]
-                             + ("; a config file's terms can be cleared with reward.terms=null" if key == "terms" else ""))
+        extra = sorted(changed - applies)
+        if extra:
+            why = {"remote_url": " (a remote reward's time limit is reward.remote_timeout)",
+                   "file": " (a reward file computes its own terms)",
+                   "terms": " (remote settings need reward.remote_url)"}[kind]
+            clear = "; a config file's terms can be cleared with reward.terms=null" if "terms" in extra else ""
+            names = ", ".join(f"reward.{k}" for k in extra)
+            raise ValueError(f"{names} does not apply to a reward given by reward.{kind}{why}{clear}")
