@@ -2,7 +2,8 @@
 # bf16 GRPO at the real Qwen3-ASR-0.6B dimensions (random weights) on one GPU: the HF engine, then
 # vLLM with weight sync after every update. Prints per engine: step time, generated tokens/s, peak
 # GPU memory, and the vLLM-vs-trainer log-prob gap (rollout_corr/kl, rollout_corr/max_abs_log_ratio).
-# Under 8 minutes in all on one H100/H200-class GPU (two runs of 3 steps, plus install and build).
+# Under 8 minutes in all on one H100/H200-class GPU (two runs of 3 steps, plus install and build). Then
+# compares vLLM's own Qwen3-ASR audio path with our prompt-embeddings path (scripts/compare_vllm_audio_path.py).
 #
 #   bash scripts/gpu_check.sh                      # cuda, 0.6b
 #   bash scripts/gpu_check.sh --device cpu --size tiny   # the same path on CPU, seconds
@@ -45,3 +46,8 @@ print(f"| {sys.argv[2]} | {last['time/step']:.2f} s | {tok_s:.0f} | {last['memor
       f"{last['rollout_corr/kl']:.2e} | {last['rollout_corr/max_abs_log_ratio']:.2e} |")
 EOF
 done
+if [ "$ENGINES" != hf ]; then
+  log "vLLM's own Qwen3-ASR audio path vs our prompt embeddings: greedy outputs and speed"
+  $PY scripts/compare_vllm_audio_path.py --model "$WORK/model_$SIZE" --manifest "$WORK/corpus/test_clean.jsonl" \
+    --dtype "$DTYPE" || log "comparison exited $? (2: vLLM's Qwen3-ASR does not import here; 1: outputs differ)"
+fi

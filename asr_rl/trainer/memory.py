@@ -10,6 +10,12 @@ what the KL reference owns. Estimated by formula for the rest:
   et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
   eq. 1 without the attention-score term, which SDPA does not keep), twice that in float32;
 - the runtime (Python, torch, transformers, the data), measured on this machine kind.
+
+With DeepSpeed ZeRO over `world_size` data-parallel ranks (Rajbhandari et al. 2020, "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models", arXiv:1910.02054, sec. 5.1), stage 1
+partitions the optimizer state, stage 2 also the gradients, stage 3 also the weights (the
+reference stays whole: it is a plain module beside the engine). DeepSpeed in bf16 keeps an fp32
+master copy and fp32 moments: 12 bytes per trainable parameter.
 """
 from __future__ import annotations
 
@@ -44,18 +50,20 @@ def _bytes(params) -> int:
 
 def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences: int, prompt_len: int,
                        response_len: int, micro_batch: int, optimizer_bytes_per_param: float | None = None,
-                       runtime_bytes: int = RUNTIME_BYTES) -> MemoryEstimate:
+                       zero_stage: int = 0, world_size: int = 1, runtime_bytes: int = RUNTIME_BYTES) -> MemoryEstimate:
     """The peak of one policy rank during an RL step.
 
     Args:
         policy: the loaded policy (its parameters and `trainable_parameters()` are read).
         reference: a KL reference lives in this process.
         share_frozen: the reference shares the frozen weights (`CausalPolicy.reference_copy`).
-        sequences: sequences sampled at once (rollout_batch_size x n_samples_per_prompt).
+        sequences: sequences this rank samples at once (its share of rollout_batch_size x
+            n_samples_per_prompt).
         prompt_len, response_len: longest prompt (audio frames + text) and response, in tokens.
         micro_batch: sequences per forward/backward.
         optimizer_bytes_per_param: AdamW state per trainable parameter; default two moments in the
             parameter's dtype (torch AdamW); DeepSpeed bf16 keeps an fp32 master copy too (12).
+        zero_stage, world_size: DeepSpeed ZeRO partitioning over the data-parallel ranks.
     """
     params = list(policy.model.parameters())
     trainable = [p for _, p in policy.trainable_parameters()]
@@ -68,10 +76,11 @@ def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences
     head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     tokens = micro_batch * (prompt_len + response_len)
-    parts = {
-        "weights": _bytes(params),
-        "gradients": _bytes(trainable),
-        "optimizer state": int(opt * sum(p.numel() for p in trainable)),
+    shard = [1 / world_size if zero_stage >= s else 1.0 for s in (3, 2, 1)]  # weights, grads, optimizer
+    parts = {  # ZeRO-3 partitions every parameter of the engine's module, frozen ones too
+        "weights": int(_bytes(params) * shard[0]),
+        "gradients": int(_bytes(trainable) * shard[1]),
+        "optimizer state": int(opt * sum(p.numel() for p in trainable) * shard[2]),
         "reference": (_bytes(trainable) if share_frozen else _bytes(params) - tower_bytes) if reference else 0,
         "rollout KV cache": 2 * layers * kv_heads * head_dim * elem * sequences * (prompt_len + response_len),
         "LM-head outputs": 4 * 4 * micro_batch * response_len * vocab,
@@ -79,6 +88,29 @@ def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences
         "runtime": runtime_bytes,
     }
     return MemoryEstimate(parts)
+
+
+def rank_estimate(cfg, policy, *, reference: bool, prompt_len: int, world_size: int = 1,
+                  deepspeed: bool = False) -> MemoryEstimate:
+    """`estimate_rl_memory` for one policy rank of the run `cfg` (an RLConfig): its share of the
+    rollout, its micro-batch, and on DeepSpeed the ZeRO stage and the optimizer's state size."""
+    r, d = cfg.rollout, cfg.distributed
+    elem = next((p.element_size() for _, p in policy.trainable_parameters()), 4)
+    opt = (12 if elem == 2 else 8) if deepspeed else None
+    return estimate_rl_memory(policy, reference=reference, share_frozen=not (deepspeed and d.zero_stage == 3),
+                              sequences=-(-r.rollout_batch_size * r.n_samples_per_prompt // world_size),
+                              prompt_len=prompt_len, response_len=r.max_new_tokens,
+                              micro_batch=cfg.optim.micro_train_batch_size, optimizer_bytes_per_param=opt,
+                              zero_stage=d.zero_stage if deepspeed else 0, world_size=world_size)
+
+
+def prompt_length(policy, utterance, sample_rate: int) -> int:
+    """Prompt tokens (audio frames + text) of one utterance, from the processor alone (the encoder
+    does not run)."""
+    from asr_rl.data.batching import load_batch
+
+    batch = load_batch([utterance], sample_rate=sample_rate)
+    return policy.prepare(list(batch.waveforms), batch.languages).input_ids.shape[1]
 
 
 def available_bytes(device: str) -> int | None:
@@ -115,4 +147,4 @@ def report_memory(estimate: MemoryEstimate, device: str) -> None:
                     estimate.total / 2**30, free / 2**30, device)
 
 
-__all__ = ["MemoryEstimate", "estimate_rl_memory", "available_bytes", "peak_memory_gib", "report_memory", "RUNTIME_BYTES"]
+__all__ = ["MemoryEstimate", "estimate_rl_memory", "rank_estimate", "prompt_length", "available_bytes", "peak_memory_gib", "report_memory", "RUNTIME_BYTES"]

@@ -57,8 +57,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                          sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed))
     workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
-    if cfg.backend == "local":
-        _report_memory(cfg, ctx, workers, utts)
+    workers.report_memory(max(utts, key=lambda u: u.duration or 0.0), ctx.device)  # before the first step
     eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
     return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
 
@@ -78,21 +77,6 @@ def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Pa
     finally:
         getattr(workers, "shutdown", lambda: None)()
         getattr(reward_fn, "shutdown", lambda: None)()
-
-
-def _report_memory(cfg: RLConfig, ctx, workers, utts) -> None:
-    """Log what the step will hold (warn when it will not fit), before the first step; the prompt
-    length is that of the longest utterance's prompt (the processor's, without running the encoder)."""
-    from asr_rl.data.batching import load_batch
-    from asr_rl.trainer.memory import estimate_rl_memory, report_memory
-
-    longest = load_batch([max(utts, key=lambda u: u.duration or 0.0)], sample_rate=cfg.data.sample_rate)
-    prompt_len = workers.policy.prepare(list(longest.waveforms), longest.languages).input_ids.shape[1]
-    r = cfg.rollout
-    report_memory(estimate_rl_memory(workers.policy, reference=workers.ref is not None, share_frozen=True,
-                                     sequences=r.rollout_batch_size * r.n_samples_per_prompt, prompt_len=prompt_len,
-                                     response_len=r.max_new_tokens, micro_batch=cfg.optim.micro_train_batch_size),
-                  ctx.device)
 
 
 def make_reward(cfg: RLConfig, device: str = "cpu"):

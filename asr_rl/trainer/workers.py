@@ -77,6 +77,14 @@ class LocalWorkers:
 
         return evaluate_during_training(self.policy, manifest, eval_cfg)
 
+    def report_memory(self, longest, device: str) -> None:
+        """Log the memory estimate of this process's step (trainer/memory.py) before the first one."""
+        from asr_rl.trainer.memory import prompt_length, rank_estimate, report_memory
+
+        prompt_len = prompt_length(self.policy, longest, self.cfg.data.sample_rate)
+        report_memory(rank_estimate(self.cfg, self.policy, reference=self.ref is not None, prompt_len=prompt_len),
+                      device)
+
     # --- rollout -------------------------------------------------------------------------
     def encode(self, batch) -> list:
         return self.policy.encode_batch(batch)

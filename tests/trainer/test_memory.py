@@ -48,3 +48,34 @@ def test_bf16_halves_what_is_in_the_parameter_dtype(tiny_model):
     a, b = _estimate(fp32), _estimate(bf16)
     for key in ("weights", "gradients", "optimizer state", "rollout KV cache", "activations"):
         assert b[key] * 2 == a[key], key
+
+
+def test_zero_partitions_optimizer_then_gradients_then_weights(tiny_model):
+    """ZeRO stage s over 2 ranks halves, cumulatively, the optimizer state (1), gradients (2) and
+    every weight (3); the reference, activations and caches stay whole."""
+    policy = AudioPolicy.from_pretrained(tiny_model)
+    policy.freeze()
+    full = _estimate(policy, optimizer_bytes_per_param=8)
+    for stage, halved in [(0, ()), (1, ("optimizer state",)), (2, ("optimizer state", "gradients")),
+                          (3, ("optimizer state", "gradients", "weights"))]:
+        parts = _estimate(policy, optimizer_bytes_per_param=8, zero_stage=stage, world_size=2)
+        for key, value in parts.items():
+            assert value == (full[key] // 2 if key in halved else full[key]), (stage, key)
+
+
+def test_a_rank_gets_its_share_of_the_rollout_and_deepspeeds_optimizer_bytes(tiny_model):
+    from asr_rl.trainer.memory import rank_estimate
+    from asr_rl.trainer.rl_entry import load_rl_config
+
+    cfg = load_rl_config("grpo", None, ["rollout_batch_size=3", "n_samples_per_prompt=4", "max_new_tokens=16",
+                                        "distributed.zero_stage=2", "micro_train_batch_size=4"])
+    for dtype, opt_bytes in [(torch.float32, 8), (torch.bfloat16, 12)]:  # moments (+ fp32 master in bf16)
+        policy = AudioPolicy.from_pretrained(tiny_model, dtype=dtype)
+        policy.freeze()
+        n_trainable = sum(p.numel() for _, p in policy.trainable_parameters())
+        one = rank_estimate(cfg, policy, reference=False, prompt_len=40).parts
+        two = rank_estimate(cfg, policy, reference=False, prompt_len=40, world_size=2, deepspeed=True).parts
+        assert two["optimizer state"] == opt_bytes * n_trainable // 2
+        assert one["optimizer state"] == 2 * dtype.itemsize * n_trainable  # torch AdamW, in the param dtype
+        # 12 sequences over 2 ranks: 6 each
+        assert two["rollout KV cache"] * 2 == one["rollout KV cache"]

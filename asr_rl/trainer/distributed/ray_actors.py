@@ -47,6 +47,14 @@ class TrainerRank:
                                                   lr=cfg.optim.critic_learning_rate, **common) if self.critic else None)
         return {"pad_id": self.policy.pad_id, "rank": self.rank, "pid": os.getpid()}
 
+    def report_memory(self, longest, device: str) -> None:
+        """Log this rank's estimate (ZeRO partitioning included) and warn when it will not fit."""
+        from asr_rl.trainer.memory import prompt_length, rank_estimate, report_memory
+
+        prompt_len = prompt_length(self.policy, longest, self.cfg.data.sample_rate)
+        report_memory(rank_estimate(self.cfg, self.policy, reference=self.ref is not None, prompt_len=prompt_len,
+                                    world_size=self.world_size, deepspeed=True), device)
+
     # --- rollout -------------------------------------------------------------------------
     def encode(self, batch) -> list:
         return self.policy.encode_batch(batch)

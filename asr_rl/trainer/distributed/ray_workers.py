@@ -74,6 +74,10 @@ class RayWorkers:
         return self.policy.shards(n_items)
 
     # --- the workers interface (see trainer/workers.py) ----------------------------------
+    def report_memory(self, longest, device: str) -> None:
+        """Rank 0 logs its estimate: data-parallel ranks hold the same shares."""
+        ray.get(self.ranks[0].report_memory.remote(longest, device))
+
     def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
         """Each rank decodes a shard of the eval set; the controller scores the union."""
         from asr_rl.data.manifest import scan_manifest

@@ -95,6 +95,7 @@ def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_
                          capture_output=True, text=True, timeout=600)
     assert res.returncode != 0
     assert "trainer rank 1 died during `train`" in res.stderr, res.stderr[-3000:]
+    assert "memory estimate per policy rank" in res.stderr  # logged by rank 0 before the first step
     assert [p.name for p in list_checkpoints(out)] == ["step_000001"]
     from transformers import Qwen3ASRForConditionalGeneration
 

@@ -236,3 +236,30 @@ def test_text_policy_greedy_parity(tiny_text_model):
         assert _vllm_greedy(engine, rows) == expected
     finally:
         engine.close()
+
+
+def _compare_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[3] / "scripts" / "compare_vllm_audio_path.py"
+    spec = importlib.util.spec_from_file_location("compare_vllm_audio_path", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_vllms_own_audio_prompt_is_ours_with_one_placeholder():
+    native_prompt_ids = _compare_script().native_prompt_ids
+    pad = 7
+    assert native_prompt_ids([1, 2, 3, pad, pad, pad, 4, 5], pad) == [1, 2, 3, pad, 4, 5]
+    assert native_prompt_ids([pad, 1, pad, pad], pad) == [pad, 1, pad]
+
+
+def test_the_comparison_says_why_when_vllms_qwen3_asr_does_not_import(capsys):
+    script = _compare_script()
+    why = script._native_path_available()
+    if why is None:
+        pytest.skip("vLLM's Qwen3-ASR imports here: the comparison itself can run (scripts/gpu_check.sh)")
+    assert script.main(["--model", "unused", "--manifest", "unused"]) == 2
+    assert "vLLM's Qwen3-ASR model does not import here" in capsys.readouterr().err
