@@ -1,7 +1,8 @@
 """The RL loop: rollout -> score -> advantages -> loss -> update -> weight sync, one step at a time.
 
 The same `RLTrainer` drives the local backend (one process) and the Ray backend: it only calls the
-workers' `encode / sample / annotate / train / sync_weights` methods (trainer/workers.py).
+workers' `encode / sample / annotate / train / sync_weights` methods (the `Workers` interface,
+trainer/rank.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from asr_rl.trainer.config import RLConfig
 from asr_rl.trainer.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
 from asr_rl.trainer.masked import masked_mean
 from asr_rl.trainer.metrics import timer
+from asr_rl.trainer.rank import Workers
 from asr_rl.trainer.reward_shaping import normalize_then_sum
 from asr_rl.trainer.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
                                     merge_reward_outputs)
@@ -27,7 +29,7 @@ log = logging.getLogger("asr_rl.train")
 
 
 class RLTrainer:
-    def __init__(self, cfg: RLConfig, workers, reward_fn, loader, logger, output_dir, eval_fn=None):
+    def __init__(self, cfg: RLConfig, workers: Workers, reward_fn, loader, logger, output_dir, eval_fn=None):
         self.cfg, self.workers, self.reward_fn, self.loader = cfg, workers, reward_fn, loader
         self.logger, self.output_dir, self.eval_fn = logger, output_dir, eval_fn
         a = cfg.algo
@@ -88,7 +90,7 @@ class RLTrainer:
             rounds += 1
         # Data-parallel ranks take whole groups in equal shares: keep a multiple of the rank count
         # (of every actor group's, when the reference or critic has its own).
-        multiple = getattr(self.workers, "group_multiple", 1)
+        multiple = self.workers.group_multiple
         keep = (min(len(kept), want) // multiple) * multiple
         if keep == 0:
             raise RuntimeError(f"dynamic filtering kept {len(kept)} of {seen} groups in {rounds} rounds (every other "
@@ -164,7 +166,7 @@ class RLTrainer:
         state = {"step": self.step_no, "data": self.loader.state_dict(), "rng": rng_state(),
                  "kl_coef": self.kl_ctl.value, "workers": self.workers.state_dict()}
         save_checkpoint(self.output_dir, self.step_no, self.workers.save_model, state, self.cfg.max_ckpt_num,
-                        save_state=getattr(self.workers, "save_engine_state", None))
+                        save_state=self.workers.save_engine_state)
 
     def save_final(self):
         return save_final(self.output_dir, self.workers.save_model)

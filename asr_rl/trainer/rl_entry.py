@@ -75,7 +75,7 @@ def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Pa
         trainer.fit()
         return trainer.save_final()
     finally:
-        getattr(workers, "shutdown", lambda: None)()
+        workers.shutdown()
         getattr(reward_fn, "shutdown", lambda: None)()
 
 

@@ -1,7 +1,9 @@
 """How a rank applies gradients: the plain torch optimiser here, DeepSpeed in
 `trainer/distributed/deepspeed_strategy.py`. The update code calls only `backward`, `step`,
-`mean_over_ranks` and `state_dict`, so it is the same on both backends (OpenRLHF's `strategy.backward/optimizer_step`)."""
+`mean_over_ranks`, `gathered` and `state_dict`, so it is the same on both backends (OpenRLHF's `strategy.backward/optimizer_step`)."""
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -33,6 +35,10 @@ class LocalStrategy:
     def mean_over_ranks(self, x: float) -> float:
         """The mean of `x` over the data-parallel ranks (one rank here)."""
         return float(x)
+
+    def gathered(self, params: list[torch.nn.Parameter]):
+        """The parameters are whole already (DeepSpeed gathers ZeRO-3 shards here)."""
+        return contextlib.nullcontext()
 
     @property
     def lr(self) -> float:

@@ -1,8 +1,8 @@
 """The local backend: policy, reference, critic and rollout engine in one process.
 
-`RLTrainer` (loop.py) talks to its workers only through the methods below; the Ray backend
-(`trainer/distributed/ray_workers.py`) implements the same methods over actor groups, so the loop
-does not know how ranks are placed.
+`RLTrainer` (loop.py) talks to its workers only through the `Workers` interface (trainer/rank.py);
+the Ray backend (`trainer/distributed/ray_workers.py`) implements it over actor groups, so the loop
+does not know how ranks are placed. Both run the same `PolicyRank` code.
 """
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import logging
 
 import torch
 
-from asr_rl.trainer.actor import critic_update, forward_logprobs, forward_values, ppo_update
 from asr_rl.trainer.config import RLConfig
-from asr_rl.trainer.memory import peak_memory_gib
 from asr_rl.trainer.rollout import Experience, Sampled
 from asr_rl.trainer.strategy import LocalStrategy
 
@@ -43,6 +41,9 @@ class HFRolloutEngine:
     def sync_weights(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 def make_strategy(params, cfg: RLConfig, lr: float) -> LocalStrategy:
     return LocalStrategy(params, lr, cfg.optim.weight_decay, cfg.optim.adam_betas, cfg.optim.max_norm,
@@ -56,42 +57,39 @@ def total_optimizer_steps(cfg: RLConfig) -> int:
 
 
 class LocalWorkers:
+    """The `Workers` interface (trainer/rank.py) over one in-process `PolicyRank`."""
+
+    group_multiple = 1
+
     def __init__(self, cfg: RLConfig, policy, critic=None, engine=None):
+        from asr_rl.trainer.rank import PolicyRank
+
         self.cfg = cfg
-        self.policy = policy
-        needs_ref = cfg.algo.init_kl_coef > 0
-        self.ref = policy.reference_copy() if needs_ref else None
-        self.critic = critic
-        self.actor_strategy = make_strategy([p for _, p in policy.trainable_parameters()], cfg,
-                                            cfg.optim.actor_learning_rate)
-        self.critic_strategy = (make_strategy(critic.trainable_parameters(), cfg, cfg.optim.critic_learning_rate)
-                                if critic is not None else None)
-        self.engine = engine or HFRolloutEngine(policy)
+        ref = policy.reference_copy() if cfg.algo.init_kl_coef > 0 else None
+        actor = make_strategy([p for _, p in policy.trainable_parameters()], cfg, cfg.optim.actor_learning_rate)
+        critic_strategy = (make_strategy(critic.trainable_parameters(), cfg, cfg.optim.critic_learning_rate)
+                           if critic is not None else None)
+        self.rank = PolicyRank(cfg, policy, ref, critic, actor, critic_strategy, engine)
+        self.policy, self.ref, self.critic, self.engine = policy, ref, critic, self.rank.engine
 
     @property
     def pad_id(self) -> int:
         return self.policy.pad_id
+
+    def report_memory(self, longest, device: str) -> None:
+        self.rank.report_memory(longest, device)
 
     def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
         from asr_rl.trainer.sft import evaluate_during_training
 
         return evaluate_during_training(self.policy, manifest, eval_cfg)
 
-    def report_memory(self, longest, device: str) -> None:
-        """Log the memory estimate of this process's step (trainer/memory.py) before the first one."""
-        from asr_rl.trainer.memory import prompt_length, rank_estimate, report_memory
-
-        prompt_len = prompt_length(self.policy, longest, self.cfg.data.sample_rate)
-        report_memory(rank_estimate(self.cfg, self.policy, reference=self.ref is not None, prompt_len=prompt_len),
-                      device)
-
     # --- rollout -------------------------------------------------------------------------
     def encode(self, batch) -> list:
-        return self.policy.encode_batch(batch)
+        return self.rank.encode(batch)
 
     def sample(self, prompt_rows: list, n: int, seeds: list[int]) -> list[Sampled]:
-        self.policy.eval()
-        return self.engine.generate(prompt_rows, n, self.cfg.rollout, seeds)
+        return self.rank.sample(prompt_rows, n, seeds)
 
     def decode(self, ids: list[int]) -> str:
         return self.policy.decode_ids(torch.as_tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
@@ -101,51 +99,39 @@ class LocalWorkers:
 
     # --- experience ----------------------------------------------------------------------
     def annotate(self, exp: Experience, need_old_logp: bool) -> None:
-        """Fill old/reference log-probs and critic values as the algorithm needs them."""
-        micro, temp = self.cfg.optim.micro_train_batch_size, self.cfg.rollout.temperature
-        if need_old_logp:
-            exp.old_logp = forward_logprobs(self.policy, exp, micro, temp)
-        if self.ref is not None:
-            exp.ref_logp = forward_logprobs(self.ref, exp, micro, temp)
-        if self.critic is not None:
-            exp.values = forward_values(self.critic, exp, micro)
+        for key, value in self.rank.annotate(exp, need_old_logp).items():
+            setattr(exp, key, value)
 
     def train(self, exp: Experience, step: int, kl_coef: float) -> dict[str, float]:
-        cfg, o = self.cfg, self.cfg.optim
-        train_size = o.train_batch_size or len(exp)
-        metrics = {}
-        if self.critic is not None:
-            self.critic.train()
-            metrics.update(critic_update(self.critic, self.critic_strategy, exp, cfg.algo, o.micro_train_batch_size,
-                                         train_size, seed=cfg.seed + step))
-        if step > cfg.freeze_critic_steps or self.critic is None:
-            self.policy.train()
-            metrics.update(ppo_update(self.policy, self.actor_strategy, exp, cfg.algo, o.micro_train_batch_size,
-                                      train_size, cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
-        metrics["memory/peak_gib"] = peak_memory_gib()  # of this process (GPU memory on CUDA)
-        return metrics
+        return self.rank.train(exp, step, kl_coef)
 
     def sync_weights(self) -> None:
         self.engine.sync_weights()
 
     # --- checkpoints ---------------------------------------------------------------------
     def save_model(self, path) -> None:
-        self.policy.save_pretrained(path)
+        self.rank.save_model(path)
+
+    def save_engine_state(self, folder) -> None:
+        pass  # the optimiser state is in `state_dict`
 
     def state_dict(self) -> dict:
         from asr_rl.trainer.checkpoint import policy_resume_weights
 
-        state = {"actor": self.actor_strategy.state_dict(), "policy": policy_resume_weights(self.policy)}
+        state = {"actor": self.rank.actor.state_dict(), "policy": policy_resume_weights(self.policy)}
         if self.critic is not None:
-            state["critic"] = {"weights": self.critic.state_dict(), **self.critic_strategy.state_dict()}
+            state["critic"] = {"weights": self.critic.state_dict(), **self.rank.critic_strategy.state_dict()}
         return state
 
     def load_state_dict(self, state: dict, ckpt) -> None:
         from asr_rl.trainer.checkpoint import restore_policy_weights
 
         restore_policy_weights(self.policy, ckpt, state.get("policy"))
-        self.actor_strategy.load_state_dict(state["actor"])
+        self.rank.actor.load_state_dict(state["actor"])
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"]["weights"])
-            self.critic_strategy.load_state_dict(state["critic"])
+            self.rank.critic_strategy.load_state_dict(state["critic"])
         self.engine.sync_weights()
+
+    def shutdown(self) -> None:
+        self.engine.close()  # vLLM: shuts down and deletes its exported folder

@@ -1,7 +1,6 @@
 """The Ray actors: a trainer rank (a DeepSpeed data-parallel rank of the policy and, colocated, the
-reference model and the critic), and the reference and critic ranks of separate groups. Methods
-unpack their inputs and delegate to the same functions the local backend uses (trainer/actor.py,
-trainer/common.py); nothing here is RL math.
+reference model and the critic: the local backend's `PolicyRank`), and the reference and critic
+ranks of separate groups. Nothing here is RL math.
 """
 from __future__ import annotations
 
@@ -13,14 +12,18 @@ from pathlib import Path
 import ray
 import torch
 
-from asr_rl.trainer.actor import critic_update, forward_logprobs, forward_values, ppo_update
-from asr_rl.trainer.memory import peak_memory_gib
+from asr_rl.trainer.actor import forward_logprobs, forward_values
 from asr_rl.trainer.common import build_critic, load_rl_policy
+from asr_rl.trainer.rank import train_critic
 from asr_rl.trainer.rollout import Experience
 
 
 @ray.remote(num_cpus=1)
 class TrainerRank:
+    """A DeepSpeed data-parallel rank of the policy: one `PolicyRank` (trainer/rank.py) with
+    DeepSpeed strategies, plus what only a distributed rank does (weight broadcast, gathered
+    digests)."""
+
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int):
         from asr_rl.trainer.distributed.deepspeed_strategy import init_distributed
 
@@ -32,75 +35,44 @@ class TrainerRank:
         """Load the policy (+ colocated reference, + colocated critic) and wrap the trainable models
         in DeepSpeed."""
         from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy
+        from asr_rl.trainer.rank import PolicyRank
 
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
-        self.policy = load_rl_policy(cfg, cfg.pretrain, device, text)
+        policy = load_rl_policy(cfg, cfg.pretrain, device, text)
         # The reference is copied before DeepSpeed partitions anything (ZeRO-3 would copy stubs), and
         # under ZeRO-3 shares nothing with the policy, whose tensors DeepSpeed then re-partitions.
-        self.ref = (self.policy.reference_copy(share_frozen=cfg.distributed.zero_stage < 3) if with_ref else None)
-        self.critic = build_critic(cfg, device, text, self.policy) if with_critic else None
+        ref = policy.reference_copy(share_frozen=cfg.distributed.zero_stage < 3) if with_ref else None
+        critic = build_critic(cfg, device, text, policy) if with_critic else None
         common = _strategy_kwargs(cfg, self.world_size)
-        self.actor = DeepSpeedStrategy(self.policy.model, [p for _, p in self.policy.trainable_parameters()],
-                                       lr=cfg.optim.actor_learning_rate, **common)
-        self.critic_strategy = (DeepSpeedStrategy(self.critic, self.critic.trainable_parameters(),
-                                                  lr=cfg.optim.critic_learning_rate, **common) if self.critic else None)
-        return {"pad_id": self.policy.pad_id, "rank": self.rank, "pid": os.getpid()}
+        actor = DeepSpeedStrategy(policy.model, [p for _, p in policy.trainable_parameters()],
+                                  lr=cfg.optim.actor_learning_rate, **common)
+        critic_strategy = (DeepSpeedStrategy(critic, critic.trainable_parameters(), lr=cfg.optim.critic_learning_rate,
+                                             **common) if critic else None)
+        self.core = PolicyRank(cfg, policy, ref, critic, actor, critic_strategy, rank=self.rank,
+                               world_size=self.world_size)
+        self.policy, self.actor = policy, actor
+        return {"pad_id": policy.pad_id, "rank": self.rank, "pid": os.getpid()}
 
     def report_memory(self, longest, device: str) -> None:
         """Log this rank's estimate (ZeRO partitioning included) and warn when it will not fit."""
-        from asr_rl.trainer.memory import prompt_length, rank_estimate, report_memory
+        self.core.report_memory(longest, device, deepspeed=True)
 
-        prompt_len = prompt_length(self.policy, longest, self.cfg.data.sample_rate)
-        report_memory(rank_estimate(self.cfg, self.policy, reference=self.ref is not None, prompt_len=prompt_len,
-                                    world_size=self.world_size, deepspeed=True), device)
-
-    # --- rollout -------------------------------------------------------------------------
     def encode(self, batch) -> list:
-        return self.policy.encode_batch(batch)
+        return self.core.encode(batch)
 
     def sample(self, rows: list, n: int, seeds: list[int]) -> list:
-        from asr_rl.trainer.workers import HFRolloutEngine
+        return self.core.sample(rows, n, seeds)
 
-        self.policy.eval()
-        with self.actor.gathered(list(self.policy.model.parameters())):
-            return HFRolloutEngine(self.policy).generate(rows, n, self.cfg.rollout, seeds)
-
-    # --- experience ----------------------------------------------------------------------
     def annotate(self, exp: Experience, need_old_logp: bool) -> dict:
-        micro, temp = self.cfg.optim.micro_train_batch_size, self.cfg.rollout.temperature
-        out = {}
-        if need_old_logp:
-            with self.actor.gathered(list(self.policy.model.parameters())):
-                out["old_logp"] = forward_logprobs(self.policy, exp, micro, temp)
-        if self.ref is not None:
-            out["ref_logp"] = forward_logprobs(self.ref, exp, micro, temp)
-        if self.critic is not None:
-            with self.critic_strategy.gathered(list(self.critic.parameters())):
-                out["values"] = forward_values(self.critic, exp, micro)
-        return out
+        return self.core.annotate(exp, need_old_logp)
 
     def train(self, exp: Experience, step: int, kl_coef: float, separate_critic: bool = False) -> dict:
         _fault_hook(self.rank, step)
-        cfg, o = self.cfg, self.cfg.optim
-        train_size = (o.train_batch_size // self.world_size) if o.train_batch_size else len(exp)
-        metrics = {}
-        if self.critic is not None:
-            metrics.update(_train_critic(self.critic, self.critic_strategy, exp, cfg, train_size, step))
-        has_critic = self.critic is not None or separate_critic
-        if not has_critic or step > cfg.freeze_critic_steps:  # PPO warm-up trains the critic alone
-            self.policy.train()
-            metrics.update(ppo_update(self.policy, self.actor, exp, cfg.algo, o.micro_train_batch_size, train_size,
-                                      cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
-        metrics["memory/peak_gib"] = peak_memory_gib()  # of this rank (GPU memory on CUDA); the mean over ranks
-        return metrics
+        return self.core.train(exp, step, kl_coef, separate_critic)
 
     def evaluate(self, utterances: list, eval_cfg) -> list:
-        from asr_rl.evaluation.evaluate import transcribe
-
-        with self.actor.gathered(list(self.policy.model.parameters())):
-            return transcribe(self.policy, utterances, eval_cfg.eval_batch_size, eval_cfg.num_beams,
-                              eval_cfg.eval_max_new_tokens) if utterances else []
+        return self.core.transcribe(utterances, eval_cfg)
 
     # --- weights -------------------------------------------------------------------------
     def named_llm_weights(self) -> list:
@@ -141,20 +113,17 @@ class TrainerRank:
 
     # --- checkpoints ---------------------------------------------------------------------
     def save_model(self, path: str) -> None:
-        """Every rank enters (ZeRO-3 gathers); rank 0 writes the HF folder."""
-        with self.actor.gathered(list(self.policy.model.parameters())):
-            if self.rank == 0:
-                self.policy.save_pretrained(path)
+        self.core.save_model(path)
 
     def save_engine_state(self, folder: str) -> None:
         self.actor.save(Path(folder) / "deepspeed_actor")
-        if self.critic_strategy is not None:
-            self.critic_strategy.save(Path(folder) / "deepspeed_critic")
+        if self.core.critic_strategy is not None:
+            self.core.critic_strategy.save(Path(folder) / "deepspeed_critic")
 
     def load_engine_state(self, folder: str) -> None:
         self.actor.load(Path(folder) / "deepspeed_actor")
-        if self.critic_strategy is not None:
-            self.critic_strategy.load(Path(folder) / "deepspeed_critic")
+        if self.core.critic_strategy is not None:
+            self.core.critic_strategy.load(Path(folder) / "deepspeed_critic")
 
     def ping(self) -> int:
         return self.rank
@@ -200,7 +169,7 @@ class CriticRank:
     def train(self, exp: Experience, step: int) -> dict:
         o = self.cfg.optim
         train_size = (o.train_batch_size // self.world_size) if o.train_batch_size else len(exp)
-        return _train_critic(self.critic, self.strategy, exp, self.cfg, train_size, step)
+        return train_critic(self.critic, self.strategy, exp, self.cfg, train_size, step)
 
     def save_engine_state(self, folder: str) -> None:
         self.strategy.save(Path(folder) / "deepspeed_critic")
@@ -233,9 +202,3 @@ def _strategy_kwargs(cfg, world_size: int) -> dict:
                 total_steps=total_optimizer_steps(cfg), warmup_ratio=o.lr_warmup_ratio, min_lr_ratio=o.min_lr_ratio,
                 zero_stage=d.zero_stage, micro_batch=o.micro_train_batch_size, world_size=world_size, bf16=d.bf16,
                 offload_optimizer=d.adam_offload)
-
-
-def _train_critic(critic, strategy, exp: Experience, cfg, train_size: int, step: int) -> dict:
-    critic.train()
-    return critic_update(critic, strategy, exp, cfg.algo, cfg.optim.micro_train_batch_size, train_size,
-                         seed=cfg.seed + step)
