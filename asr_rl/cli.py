@@ -58,6 +58,20 @@ def _data_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_pairs(args: argparse.Namespace) -> int:
+    from asr_rl.config import load_config
+    from asr_rl.rewards.config import RewardConfig
+    from asr_rl.trainer.pairs import build_pairs
+
+    reward = load_config(RewardConfig, args.reward_config) if args.reward_config else None
+    r = build_pairs(args.model, args.manifest, args.out, n=args.n, temperature=args.temperature,
+                    max_new_tokens=args.max_new_tokens, mode=args.mode, margin=args.margin,
+                    batch_size=args.batch_size, reward_cfg=reward, seed=args.seed)
+    print(f"{r.pairs} pairs from {r.utterances} utterances ({r.tied} without a pair) in {r.seconds:.1f} s -> "
+          f"{args.out}")
+    return 0
+
+
 def _model_init(args: argparse.Namespace) -> int:
     from asr_rl.models.builders import init_model
 
@@ -76,6 +90,11 @@ def _train(args: argparse.Namespace) -> int:
         from asr_rl.trainer.presets import load_with_checkpoint_presets
 
         out = train_sft(load_with_checkpoint_presets(SFTConfig, "sft", args.config, args.overrides))
+    elif args.algo in ("dpo", "kto"):
+        from asr_rl.trainer.dpo import DPOConfig, train_dpo
+
+        presets = ["loss_type=kto"] if args.algo == "kto" else []
+        out = train_dpo(load_config(DPOConfig, args.config, args.overrides, presets=presets))
     elif args.algo == "rm":
         from asr_rl.trainer.rm import RMConfig, train_rm
 
@@ -149,6 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--quiet", action="store_true")
     synth.set_defaults(func=_data_synth)
 
+    pairs = data.add_parser("pairs", help="DPO/KTO preference pairs from a model's own N-best lists, scored by "
+                                          "the reward")
+    pairs.add_argument("--model", required=True, help="the audio-LLM that samples (e.g. an SFT run's final)")
+    pairs.add_argument("--manifest", required=True)
+    pairs.add_argument("--out", required=True, help="the pair file (JSONL) to write")
+    pairs.add_argument("--n", type=int, default=8, help="hypotheses sampled per utterance")
+    pairs.add_argument("--temperature", type=float, default=1.0)
+    pairs.add_argument("--max-new-tokens", type=int, default=96)
+    pairs.add_argument("--mode", choices=["best_worst", "all"], default="best_worst")
+    pairs.add_argument("--margin", type=float, default=0.0, help="keep pairs whose scores differ by more than this")
+    pairs.add_argument("--batch-size", type=int, default=8)
+    pairs.add_argument("--reward-config", default=None, help="YAML of reward settings (terms, term_options, file, "
+                                                             "remote_url); default: the built-in terms")
+    pairs.add_argument("--seed", type=int, default=0)
+    pairs.set_defaults(func=_data_pairs)
+
     model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
     init = model.add_parser("init", help="a new audio-LLM (pretrained or random encoder) with an offline tokenizer")
     # the families are listed by models/families/ (unknown names fail there, naming the valid ones)
@@ -163,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--seed", type=int, default=0)
     init.set_defaults(func=_model_init)
 
-    train = sub.add_parser("train", help="sft | grpo | ppo | rm; then --config FILE and key=value overrides")
-    train.add_argument("algo", choices=["sft", "grpo", "ppo", "rm"])
+    train = sub.add_parser("train", help="sft | grpo | ppo | dpo | kto | rm; then --config FILE and key=value "
+                                         "overrides")
+    train.add_argument("algo", choices=["sft", "grpo", "ppo", "dpo", "kto", "rm"])
     train.add_argument("--config", default=None, help="YAML config; key=value overrides follow")
     train.set_defaults(func=_train, accepts_overrides=True)
 

@@ -55,6 +55,11 @@ class TextPolicy(CausalPolicy):
             rows.append(PromptRow(torch.as_tensor(ids[-self.max_prompt_len:], dtype=torch.long, device=self.device)))
         return rows
 
+    def target_ids(self, texts: list[str], languages=None):
+        """Given responses as token ids (+ EOS), right-padded (`languages` is for the audio API)."""
+        return self.pad_responses([self.tokenizer(t, add_special_tokens=False)["input_ids"] + [self.eos_id]
+                                   for t in texts])
+
     def embed_rows(self, rows: list[PromptRow]) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask = self.left_pad(rows)
         return self.model.get_input_embeddings()(ids), mask
