@@ -115,6 +115,10 @@ class RolloutConfig:
         dynamic_filtering: drop groups whose rewards all tie (zero advantage for every sample) and
             refill the batch (DAPO, arXiv:2503.14476); null = on for group estimators, off otherwise.
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
+        async_enable: engine actors (`distributed.vllm_num_engines`, HF or vLLM) generate the next
+            batches while the trainer updates (OpenRLHF `async_enable`); Ray only.
+        async_queue_size: batches generated ahead: their samples are this many updates stale, which
+            `algo.rollout_correction` corrects; 0 = on-policy, through the same actors.
     """
 
     rollout_batch_size: int = setting(8, ge=1)
@@ -126,6 +130,8 @@ class RolloutConfig:
     engine: Literal["hf", "vllm"] = "hf"
     dynamic_filtering: bool | None = None
     max_filter_rounds: int = setting(3, ge=0)
+    async_enable: bool = False
+    async_queue_size: int = setting(1, ge=0)
 
 
 REWARD_AGGREGATIONS = ("sum", "normalize_then_sum")
@@ -370,6 +376,10 @@ class RLConfig(RunConfig):
             raise ValueError(f"rollout_batch_size {b} is not a multiple of the {ranks} policy ranks "
                              "(distributed.actor_num_nodes x actor_num_gpus_per_node): each rank trains on whole "
                              "groups in equal shares")
+        r = self.rollout
+        if r.async_enable and (self.backend != "ray" or (r.async_queue_size and not self.algo.rollout_correction)):
+            raise ValueError("rollout.async_enable needs backend=ray (engine actors) and, with async_queue_size > 0, "
+                             "algo.rollout_correction (e.g. tis) to correct for the stale samples")
         if self.model.freeze_encoder is False:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 import torch
 from tqdm import tqdm
@@ -36,6 +37,10 @@ class RLTrainer:
         self.kl_ctl = (AdaptiveKLController(a.init_kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
                        else FixedKLController(a.init_kl_coef))
         self.step_no = 0
+        # asynchronous rollouts: (batch, rows, handle) of steps to come, submitted to the engines,
+        # and the data position before the first of them (what a checkpoint records)
+        self._pending: deque = deque()
+        self._data_before_pending = None
 
     # ------------------------------------------------------------------ one RL step
     def step(self) -> dict[str, float]:
@@ -44,6 +49,7 @@ class RLTrainer:
         # 1-2. rollout and score: n responses per prompt, refilling groups whose rewards tie
         with timer(t, "rollout"):
             groups, stats = self.collect_groups(t)
+        self.prefetch()  # asynchronous: the engines generate what comes next while this step trains
         exp = build_experience(groups, self.cfg.rollout.n_samples_per_prompt, self.workers.pad_id)
         # 3. log-probs of the old policy / reference, critic values; then advantages
         with timer(t, "logprobs"):
@@ -54,9 +60,9 @@ class RLTrainer:
         with timer(t, "train"):
             train_metrics = self.workers.train(exp, self.step_no + 1, self.kl_ctl.value)
         # 5. the rollout engine gets the new weights
-        with timer(t, "sync"):
-            self.workers.sync_weights()
         self.step_no += 1
+        with timer(t, "sync"):
+            self.workers.sync_weights(self.step_no)
         # the adaptive coefficient follows the KL measured this step: the reward penalty's, or the
         # loss term's (OpenRLHF feeds the actor's KL loss); with no reference there is nothing to follow
         measured = adv_metrics.get("kl/mean", train_metrics.get("kl/loss"))
@@ -68,18 +74,18 @@ class RLTrainer:
 
     def collect_groups(self, timings: dict[str, float]) -> tuple[list[Group], dict[str, float]]:
         """`rollout_batch_size` groups, dropping reward ties when dynamic filtering is on."""
-        want, n = self.cfg.rollout.rollout_batch_size, self.cfg.rollout.n_samples_per_prompt
+        want = self.cfg.rollout.rollout_batch_size
         kept: list[Group] = []
         seen = dropped = rounds = 0
         logs: dict[str, float] = {}
+        lags = []
         while len(kept) < want and rounds <= self.cfg.rollout.max_filter_rounds:
-            batch = self.loader.next_batch()
-            rows = self.workers.encode(batch)
-            seeds = [sequence_seed(self.cfg.seed, self.step_no, rounds, getattr(item, "id", k), j)
-                     for k, item in enumerate(batch.items) for j in range(n)]
-            samples = self.workers.sample(rows, n, seeds)
-            groups = [Group(item, row, s.ids, [self.workers.decode(x) for x in s.ids], rollout_logps=s.logps)
-                      for item, row, s in zip(batch.items, rows, samples)]
+            batch, rows, handle = (self._pending.popleft() if rounds == 0 and self._pending
+                                   else self.submit(self.step_no, rounds))
+            samples, version = self.workers.collect(handle)
+            lags.append(self.step_no - version)
+            groups = [Group(item, row, s.ids, [self.workers.decode(x) for x in s.ids], rollout_logps=s.logps,
+                            policy_version=version) for item, row, s in zip(batch.items, rows, samples)]
             with timer(timings, "reward"):
                 for key, value in self.score(groups).items():  # averaged over the refill rounds
                     logs[key] = logs.get(key, 0.0) + value
@@ -98,7 +104,26 @@ class RLTrainer:
                                "rollout.max_filter_rounds, or set rollout.dynamic_filtering=false")
         return kept[:keep], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
                              "rollout/groups_kept": keep, "rollout/rounds": rounds,
+                             "rollout/version_lag": sum(lags) / len(lags),
                              **{f"reward/{k}": v / rounds for k, v in logs.items()}}
+
+    def submit(self, step: int, round_no: int):
+        """Draw a batch, encode it and start sampling it (seeds of `step` and `round_no`)."""
+        batch = self.loader.next_batch()
+        rows = self.workers.encode(batch)
+        n = self.cfg.rollout.n_samples_per_prompt
+        seeds = [sequence_seed(self.cfg.seed, step, round_no, getattr(item, "id", k), j)
+                 for k, item in enumerate(batch.items) for j in range(n)]
+        return batch, rows, self.workers.submit(rows, n, seeds)
+
+    def prefetch(self) -> None:
+        """Keep `async_queue_size` batches submitted ahead, in the order the synchronous loop draws
+        them (each step's first round), so that only the weights they are sampled with differ."""
+        r = self.cfg.rollout
+        while r.async_enable and len(self._pending) < r.async_queue_size:
+            if not self._pending:
+                self._data_before_pending = self.loader.state_dict()
+            self._pending.append(self.submit(self.step_no + 1 + len(self._pending), 0))
 
     def score(self, groups: list[Group]) -> dict[str, float]:
         """Rewards onto the groups; returns the reward's extra logs (e.g. a remote server's)."""
@@ -163,7 +188,9 @@ class RLTrainer:
         self.logger.close()
 
     def save(self) -> None:
-        state = {"step": self.step_no, "data": self.loader.state_dict(), "rng": rng_state(),
+        # batches in flight are drawn again after a resume (sampled then with the resumed weights)
+        data = self._data_before_pending if self._pending else self.loader.state_dict()
+        state = {"step": self.step_no, "data": data, "rng": rng_state(),
                  "kl_coef": self.kl_ctl.value, "workers": self.workers.state_dict()}
         save_checkpoint(self.output_dir, self.step_no, self.workers.save_model, state, self.cfg.max_ckpt_num,
                         save_state=self.workers.save_engine_state)
@@ -178,6 +205,7 @@ class RLTrainer:
         set_rng_state(state["rng"])
         self.kl_ctl.value = state["kl_coef"]
         self.step_no = int(state["step"])
+        self.workers.sync_weights(self.step_no)
 
 
 def _response_stats(exp: Experience) -> dict[str, float]:

@@ -41,6 +41,13 @@ class Workers(Protocol):
     def sample(self, rows: list, n: int, seeds: list[int]) -> list[Sampled]:
         """n responses per prompt row with the engine's log-probs; one seed per response."""
 
+    def submit(self, rows: list, n: int, seeds: list[int]):
+        """Start sampling as `sample` does; returns a handle at once where the engines run apart
+        (engine actors), else after sampling."""
+
+    def collect(self, handle) -> tuple[list[Sampled], int]:
+        """The samples of a `submit`, and the weights version (updates applied) that produced them."""
+
     def decode(self, ids: list[int]) -> str: ...
 
     def parse(self, text: str, language: str | None): ...
@@ -51,8 +58,8 @@ class Workers(Protocol):
     def train(self, exp: Experience, step: int, kl_coef: float) -> dict[str, float]:
         """One policy (and critic) update on the experience; metrics averaged over ranks."""
 
-    def sync_weights(self) -> None:
-        """The rollout engine gets the updated weights."""
+    def sync_weights(self, version: int) -> None:
+        """The rollout engine gets the updated weights (`version` updates applied)."""
 
     def save_model(self, path) -> None: ...
 
@@ -61,7 +68,8 @@ class Workers(Protocol):
 
     def state_dict(self) -> dict: ...
 
-    def load_state_dict(self, state: dict, ckpt) -> None: ...
+    def load_state_dict(self, state: dict, ckpt) -> None:
+        """Restore weights and optimiser state (the loop then syncs the engine)."""
 
     def shutdown(self) -> None: ...
 

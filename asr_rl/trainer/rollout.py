@@ -36,6 +36,7 @@ class Group:
     rewards: list[float] = field(default_factory=list)
     terms: dict[str, list[float]] = field(default_factory=dict)
     rollout_logps: list[list[float]] | None = None  # the engine's per-token log-probs
+    policy_version: int | None = None  # updates in the weights that sampled it (async: behind the trainer)
 
     @property
     def informative(self) -> bool:
@@ -69,6 +70,11 @@ class Experience:
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
+
+    @property
+    def policy_versions(self) -> list[int | None]:
+        """Per group, the updates in the weights that sampled it (the trainer is at `step - 1`)."""
+        return [g.policy_version for g in self.groups]
 
     @property
     def prompt_rows(self) -> list:

@@ -71,6 +71,7 @@ class LocalWorkers:
                            if critic is not None else None)
         self.rank = PolicyRank(cfg, policy, ref, critic, actor, critic_strategy, engine)
         self.policy, self.ref, self.critic, self.engine = policy, ref, critic, self.rank.engine
+        self.version = 0  # updates in the weights the engine samples with
 
     @property
     def pad_id(self) -> int:
@@ -91,6 +92,12 @@ class LocalWorkers:
     def sample(self, prompt_rows: list, n: int, seeds: list[int]) -> list[Sampled]:
         return self.rank.sample(prompt_rows, n, seeds)
 
+    def submit(self, prompt_rows: list, n: int, seeds: list[int]):
+        return self.sample(prompt_rows, n, seeds), self.version  # in process: sampled at once
+
+    def collect(self, handle) -> tuple[list[Sampled], int]:
+        return handle
+
     def decode(self, ids: list[int]) -> str:
         return self.policy.decode_ids(torch.as_tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
 
@@ -105,8 +112,9 @@ class LocalWorkers:
     def train(self, exp: Experience, step: int, kl_coef: float) -> dict[str, float]:
         return self.rank.train(exp, step, kl_coef)
 
-    def sync_weights(self) -> None:
+    def sync_weights(self, version: int) -> None:
         self.engine.sync_weights()
+        self.version = version
 
     # --- checkpoints ---------------------------------------------------------------------
     def save_model(self, path) -> None:
@@ -131,7 +139,6 @@ class LocalWorkers:
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"]["weights"])
             self.rank.critic_strategy.load_state_dict(state["critic"])
-        self.engine.sync_weights()
 
     def shutdown(self) -> None:
         self.engine.close()  # vLLM: shuts down and deletes its exported folder

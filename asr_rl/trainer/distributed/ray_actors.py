@@ -75,12 +75,6 @@ class TrainerRank:
         return self.core.transcribe(utterances, eval_cfg)
 
     # --- weights -------------------------------------------------------------------------
-    def named_llm_weights(self) -> list:
-        """The policy's trainable weights (full, gathered under ZeRO-3) for the rollout engine."""
-        params = [(n, p) for n, p in self.policy.model.named_parameters() if p.requires_grad]
-        with self.actor.gathered([p for _, p in params]):
-            return [(n, p.detach().cpu().clone()) for n, p in params] if self.rank == 0 else []
-
     def prompt_embeds(self, rows: list) -> list:
         """Unpadded prompt embeddings `(P_i, H)` for a vLLM engine (projector with the current weights)."""
         import torch
@@ -92,16 +86,20 @@ class TrainerRank:
             embeds, mask = self.policy.embed_rows(rows)
             return [e[m.bool()].cpu() for e, m in zip(embeds, mask)]
 
-    def send_weights(self, host: str, port: int, world_size: int) -> int:
-        """Rank 0 broadcasts the LLM weights (LoRA merged) to the engines; all ranks gather (ZeRO-3)."""
+    def send_weights(self, host: str, port: int, world_size: int, what: str = "llm") -> int:
+        """Rank 0 broadcasts to the engines: `llm`, the LLM's weights with LoRA merged (vLLM), or
+        `trainable`, every trainable tensor under its policy name (the HF engine); all ranks gather
+        (ZeRO-3)."""
         from asr_rl.trainer.distributed.vllm_engine import WeightSyncSender, llm_named_weights
 
         with self.actor.gathered(list(self.policy.model.parameters())):
             if self.rank != 0:
                 return 0
+            tensors = (llm_named_weights(self.policy) if what == "llm" else
+                       [(n, p.detach()) for n, p in self.policy.model.named_parameters() if p.requires_grad])
             sender = WeightSyncSender(host, port, world_size)
             try:
-                return sender.send(llm_named_weights(self.policy))
+                return sender.send(tensors)
             finally:
                 sender.close()
 

@@ -56,15 +56,16 @@ class RayWorkers:
         from asr_rl.models.codec import ResponseCodec
 
         self.codec = ResponseCodec.from_pretrained(cfg.pretrain, cfg.model.force_language)  # tokenizer only
-        self.engine = None
-        if cfg.rollout.engine == "vllm":
-            from asr_rl.trainer.distributed.vllm_actor import VLLMEngineGroup
+        self.engine, self.version = None, 0  # the weights version of trainer-rank sampling
+        if cfg.rollout.engine == "vllm" or cfg.rollout.async_enable:
+            from asr_rl.trainer.distributed.engine_actors import EngineGroup
 
-            self.engine = VLLMEngineGroup(cfg, self.ranks, text)
+            self.engine = EngineGroup(cfg, self.ranks, text)
         log.info("Ray backend: %d policy ranks (ZeRO-%d)%s%s%s", self.world_size, d.zero_stage,
                  f", {len(self.ref)} reference rank(s)" if self.ref else "",
                  f", {len(self.critic)} critic rank(s)" if self.critic else "",
-                 f", {d.vllm_num_engines} vLLM engine(s)" if self.engine else "")
+                 f", {d.vllm_num_engines} {cfg.rollout.engine} engine actor(s)" if self.engine else "",
+                 ", asynchronous rollouts" if cfg.rollout.async_enable else "")
 
     def _all(self, method: str, args: list[tuple]) -> list:
         """Call `method` on every policy rank with its own args (vllm_actor.py uses it too)."""
@@ -93,12 +94,21 @@ class RayWorkers:
         shards = [(batch.select(range(a, b)),) for a, b in self._shards(len(batch))]
         return [row for part in self._all("encode", shards) for row in part]
 
-    def sample(self, rows: list, n: int, seeds: list[int]) -> list:
+    def submit(self, rows: list, n: int, seeds: list[int]):
+        """Engine actors start sampling and this returns at once; trainer ranks sample here."""
         if self.engine is not None:
-            return self.engine.generate(self, rows, n, seeds)
+            return self.engine.submit(self, rows, n, seeds)
         bounds = self._shards(len(rows))
         parts = self._all("sample", [(rows[a:b], n, seeds[a * n:b * n]) for a, b in bounds])
-        return [g for part in parts for g in part]
+        return [g for part in parts for g in part], self.version
+
+    def collect(self, handle) -> tuple[list, int]:
+        if self.engine is not None:
+            return self.engine.collect(handle), handle.version
+        return handle
+
+    def sample(self, rows: list, n: int, seeds: list[int]) -> list:
+        return self.collect(self.submit(rows, n, seeds))[0]
 
     def decode(self, ids: list[int]) -> str:
         return self.codec.decode_ids(torch.as_tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
@@ -126,9 +136,10 @@ class RayWorkers:
             metrics.update({k: sum(p[k] for p in parts) / len(parts) for k in parts[0]})  # mean over ranks
         return metrics
 
-    def sync_weights(self) -> None:
+    def sync_weights(self, version: int) -> None:
         if self.engine is not None:
-            self.engine.sync(self)
+            self.engine.sync(self, version)
+        self.version = version
 
     def prompt_embeds(self, rows: list) -> list:
         """Unpadded `(P_i, H)` prompt embeddings, computed by the trainer ranks (shards of rows)."""
@@ -157,7 +168,6 @@ class RayWorkers:
         for group in (self.policy, self.critic):
             if group is not None:
                 group.call_all("load_engine_state", str(ckpt / "trainer_state"))
-        self.sync_weights()
 
     def digests(self) -> list[dict]:
         return self._all("state_digest", [()] * self.world_size)

@@ -1,0 +1,123 @@
+"""Rollout engines as Ray actors: vLLM (`rollout.engine=vllm`), or the HF engine when rollouts run
+asynchronously (`rollout.async_enable`), apart from the trainer ranks.
+
+Each actor holds its own copy of the policy. vLLM samples from prompt embeddings that the trainer
+ranks build (the audio states are cached there; vLLM serves only the LLM) and receives the LLM's
+weights, LoRA merged. The HF engine embeds prompt rows itself and receives every trainable tensor
+(projector and LLM, LoRA adapters as they are). After every update trainer rank 0 broadcasts over a
+dedicated gloo group (NCCL on GPUs in a full deployment), gathered parameter by parameter under
+ZeRO-3.
+
+An actor runs one call at a time, in order: a weight sync queued behind a generation waits for it,
+so a batch submitted before an update is sampled with the weights before it. `version` is the
+number of updates the engines' weights have (the trainer's step at the last sync); `submit`
+stamps each batch with the version that will generate it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+
+from asr_rl.trainer.distributed.actor_group import RankFailed, free_port
+
+
+@ray.remote(num_cpus=0)
+class RolloutEngineActor:
+    def __init__(self, cfg, text: bool, kind: str):
+        from asr_rl.utils import quiet_transformers
+
+        quiet_transformers()
+        from asr_rl.trainer.common import load_rl_policy
+
+        self.cfg, self.kind = cfg, kind
+        self.policy = load_rl_policy(cfg, cfg.pretrain, "cpu", text)
+        if kind == "vllm":
+            from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
+
+            self.engine = VLLMRolloutEngine(self.policy, cfg)
+        else:
+            from asr_rl.trainer.workers import HFRolloutEngine
+
+            self.engine = HFRolloutEngine(self.policy.eval())
+
+    def generate(self, prompts: list, n: int, seeds: list[int]) -> list:
+        """`prompts`: prompt embeddings `(P_i, H)` (vLLM) or prompt rows (HF)."""
+        if self.kind == "vllm":
+            return self.engine.generate_from_embeds(prompts, n, self.cfg.rollout, seeds)
+        return self.engine.generate(prompts, n, self.cfg.rollout, seeds)
+
+    def receive_weights(self, host: str, port: int, rank: int, world_size: int) -> int:
+        import torch
+
+        from asr_rl.trainer.distributed.vllm_engine import WeightSyncReceiver
+
+        receiver = WeightSyncReceiver(host, port, rank, world_size)
+        try:
+            tensors = receiver.receive()
+        finally:
+            receiver.close()
+        if self.kind == "vllm":
+            return self.engine.load_weights(tensors)
+        params = dict(self.policy.model.named_parameters())
+        unknown = [n for n, _ in tensors if n not in params]
+        if unknown:
+            raise ValueError(f"the engine's policy has no parameters {unknown[:5]}")
+        with torch.no_grad():
+            for name, t in tensors:
+                params[name].copy_(t)
+        return len(tensors)
+
+
+@dataclass
+class Pending:
+    """A submitted batch: the actors' results and the weights version that generates it."""
+
+    refs: list
+    version: int
+
+
+class EngineGroup:
+    """`vllm_num_engines` engine actors; a batch's prompts are split across them, weights go to all."""
+
+    def __init__(self, cfg, ranks: list, text: bool = False):
+        self.ranks, self.kind = ranks, cfg.rollout.engine
+        self.engines = [RolloutEngineActor.remote(cfg, text, self.kind) for _ in range(cfg.distributed.vllm_num_engines)]
+        self._get([e.__ray_ready__.remote() for e in self.engines], "start")
+        self.version = 0
+
+    def _get(self, refs: list, what: str) -> list:
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as e:
+            raise RankFailed(f"a rollout engine actor died during `{what}` ({type(e).__name__}); the last "
+                             "checkpoint is intact; resume with resume=auto") from None
+
+    def submit(self, workers, rows: list, n: int, seeds: list[int]) -> Pending:
+        """Start sampling (returns at once); vLLM gets the trainer ranks' prompt embeddings."""
+        prompts = workers.prompt_embeds(rows) if self.kind == "vllm" else rows
+        k = len(self.engines)
+        size = (len(rows) + k - 1) // k
+        refs = [e.generate.remote(prompts[s:s + size], n, seeds[s * n:(s + size) * n])
+                for e, s in zip(self.engines, range(0, len(rows), size))]
+        return Pending(refs, self.version)
+
+    def collect(self, pending: Pending) -> list:
+        return [g for part in self._get(pending.refs, "generate") for g in part]
+
+    def sync(self, workers, version: int) -> None:
+        """Rank 0 sends over a fresh gloo group; every rank joins (ZeRO-3 gathers the weights)."""
+        port = free_port()
+        world = 1 + len(self.engines)
+        recv = [e.receive_weights.remote("127.0.0.1", port, i + 1, world) for i, e in enumerate(self.engines)]
+        what = "llm" if self.kind == "vllm" else "trainable"
+        workers._all("send_weights", [("127.0.0.1", port, world, what)] * len(self.ranks))
+        self._get(recv, "weight sync")
+        self.version = version
+
+    def shutdown(self) -> None:
+        for e in self.engines:
+            ray.kill(e)
+
+
+__all__ = ["RolloutEngineActor", "EngineGroup", "Pending"]
