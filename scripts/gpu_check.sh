@@ -2,6 +2,7 @@
 # bf16 GRPO at the real Qwen3-ASR-0.6B dimensions (random weights) on one GPU: the HF engine, then
 # vLLM with weight sync after every update. Prints per engine: step time, generated tokens/s, peak
 # GPU memory, and the vLLM-vs-trainer log-prob gap (rollout_corr/kl, rollout_corr/max_abs_log_ratio).
+# Then bf16 SFT steps (step time, peak memory) and `asr-rl eval` of the saved GRPO checkpoint in bf16.
 # Under 8 minutes in all on one H100/H200-class GPU (two runs of 3 steps, plus install and build). Then
 # compares vLLM's own Qwen3-ASR audio path with our prompt-embeddings path (scripts/compare_vllm_audio_path.py).
 #
@@ -46,6 +47,20 @@ print(f"| {sys.argv[2]} | {last['time/step']:.2f} s | {tok_s:.0f} | {last['memor
       f"{last['rollout_corr/kl']:.2e} | {last['rollout_corr/max_abs_log_ratio']:.2e} |")
 EOF
 done
+log "SFT, $DTYPE on $DEVICE (full model, encoder frozen)"
+SFT_OUT="$WORK/sft_${SIZE}_$(date +%s)"
+$PY -m asr_rl.cli train sft pretrain="$WORK/model_$SIZE" train_manifest="$WORK/corpus/train.jsonl" \
+  output_dir="$SFT_OUT" device="$DEVICE" model.dtype="$DTYPE" max_steps=6 save_steps=0 eval_steps=0 \
+  train_batch_size=16 micro_train_batch_size=16 learning_rate=1e-5 logging.logging_steps=1 \
+  logging.tensorboard=false logging.progress_bar=false
+$PY - "$SFT_OUT" <<'EOF'
+import json, sys
+last = [json.loads(x) for x in open(f"{sys.argv[1]}/metrics.jsonl") if "time/step" in x][-1]
+print(f"SFT step {last['time/step']:.2f} s, peak {last.get('memory/peak_gib', float('nan')):.2f} GiB")
+EOF
+log "eval of the GRPO checkpoint ($OUT/final) in $DTYPE"
+$PY -m asr_rl.cli eval --model "$OUT/final" --test-set test_clean="$WORK/corpus/test_clean.jsonl" \
+  --device "$DEVICE" --dtype "$DTYPE" --output "$OUT/eval" --quiet
 if [ "$ENGINES" != hf ]; then
   log "vLLM's own Qwen3-ASR audio path vs our prompt embeddings: greedy outputs and speed"
   $PY scripts/compare_vllm_audio_path.py --model "$WORK/model_$SIZE" --manifest "$WORK/corpus/test_clean.jsonl" \

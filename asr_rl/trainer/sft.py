@@ -27,6 +27,7 @@ from asr_rl.trainer.checkpoint import (load_state, policy_resume_weights, restor
                                       save_checkpoint, save_final, set_rng_state)
 from asr_rl.trainer.common import build_optimizer, build_scheduler, load_policy, make_logger, setup_run
 from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.memory import peak_memory_gib
 from asr_rl.trainer.ctc import CTCHead
 
 log = logging.getLogger("asr_rl.sft")
@@ -118,7 +119,8 @@ def train_sft(cfg: SFTConfig):
         if policy.encoder_frozen:  # what the cache holds, and what filling it has cost so far
             metrics.update({"encoder/cached": len(policy.encoder_cache), "time/encoder_total": policy.encoder_seconds})
         metrics.update({"grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0], "epoch": loader.epoch,
-                        "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60})
+                        "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60,
+                        "memory/peak_gib": peak_memory_gib()})
         out_of_time = cfg.max_minutes > 0 and metrics["time/elapsed_min"] >= cfg.max_minutes
         last = step >= cfg.max_steps or out_of_time
         if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):  # saved before evaluating

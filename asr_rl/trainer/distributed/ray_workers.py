@@ -27,9 +27,17 @@ log = logging.getLogger("asr_rl.ray")
 
 class RayWorkers:
     def __init__(self, cfg, ctx, algo: str = "grpo", text: bool = False):
-        d = cfg.distributed
         self.cfg, self.text = cfg, text
-        init_ray(num_cpus=d.ray_num_cpus)
+        self.policy = self.ref = self.critic = self.engine = None
+        init_ray(num_cpus=cfg.distributed.ray_num_cpus)
+        try:
+            self._start(cfg, ctx, text)
+        except BaseException:
+            self.shutdown()  # actors that did start would otherwise hold their CPU/GPU slots
+            raise
+
+    def _start(self, cfg, ctx, text: bool) -> None:
+        d = cfg.distributed
         use_gpu = torch.cuda.is_available() and ctx.device == "cuda"
         needs_ref, needs_critic = cfg.algo.init_kl_coef > 0, cfg.algo.spec.needs_critic
         sizes = {"trainer": d.actor_num_nodes * d.actor_num_gpus_per_node}
@@ -41,7 +49,6 @@ class RayWorkers:
         self.policy = _dp_group("trainer", TrainerRank, d.actor_num_nodes, d.actor_num_gpus_per_node, use_gpu, cfg)
         self.world_size = len(self.policy)
         self.ranks = self.policy.actors
-        self.ref = self.critic = None
         if "reference" in sizes:
             self.ref = ActorGroup("reference", ReferenceRank, sizes["reference"], use_gpu,
                                   lambda i: (i, cfg, ctx.device, text), cfg.output_dir)
@@ -61,14 +68,14 @@ class RayWorkers:
             from asr_rl.trainer.distributed.engine_actors import EngineGroup
 
             self.engine = EngineGroup(cfg, self.ranks, text)
-        log.info("Ray backend: %d policy ranks (ZeRO-%d)%s%s%s", self.world_size, d.zero_stage,
+        log.info("Ray backend: %d policy ranks (ZeRO-%d)%s%s%s%s", self.world_size, d.zero_stage,
                  f", {len(self.ref)} reference rank(s)" if self.ref else "",
                  f", {len(self.critic)} critic rank(s)" if self.critic else "",
                  f", {d.vllm_num_engines} {cfg.rollout.engine} engine actor(s)" if self.engine else "",
                  ", asynchronous rollouts" if cfg.rollout.async_enable else "")
 
     def _all(self, method: str, args: list[tuple]) -> list:
-        """Call `method` on every policy rank with its own args (vllm_actor.py uses it too)."""
+        """Call `method` on every policy rank with its own args (engine_actors.py uses it too)."""
         return self.policy.call(method, args)
 
     def _shards(self, n_items: int) -> list[tuple[int, int]]:
