@@ -72,6 +72,16 @@ def _data_pairs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_info(args: argparse.Namespace) -> int:
+    import json
+
+    from asr_rl.models.info import format_info, model_info
+
+    info = model_info(args.path)
+    print(json.dumps(info, indent=1, ensure_ascii=False) if args.json else format_info(info))
+    return 0
+
+
 def _model_init(args: argparse.Namespace) -> int:
     from asr_rl.models.builders import init_model
 
@@ -187,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
     init = model.add_parser("init", help="a new audio-LLM (pretrained or random encoder) with an offline tokenizer")
     # the families are listed by models/families/ (unknown names fail there, naming the valid ones)
-    init.add_argument("--arch", default="qwen2_audio", help="qwen2_audio | qwen3_asr (audio-LLMs), qwen2 | qwen3 (text)")
+    init.add_argument("--arch", default="qwen2_audio",
+                      help="qwen2_audio | qwen3_asr | glm_asr (audio-LLMs), qwen2 | qwen3 (text)")
     init.add_argument("--encoder", default="default",
                       help="pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or "
                            "none (random init); default: the family's (qwen2_audio: whisper-tiny.en, qwen3_asr: none)")
@@ -197,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--out", required=True)
     init.add_argument("--seed", type=int, default=0)
     init.set_defaults(func=_model_init)
+    info = model.add_parser("info", help="family, sizes, what is frozen by default, the prompt one utterance gets")
+    info.add_argument("path", metavar="DIR")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.set_defaults(func=_model_info)
 
     train = sub.add_parser("train", help="sft | grpo | ppo | dpo | kto | rm; then --config FILE and key=value "
                                          "overrides")

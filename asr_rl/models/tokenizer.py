@@ -85,7 +85,8 @@ def build_char_tokenizer(texts: Iterable[str], spec: TokenizerSpec | None = None
     chars = set(string.ascii_letters + string.digits + string.punctuation + " \n")
     for t in texts:
         chars.update(t)
-    vocab_list = [t for t in (*spec.special, *spec.added) if t not in spec.ids] + sorted(chars)
+    # an added token that is also a character (e.g. "\n") must not take two ids
+    vocab_list = list(dict.fromkeys([t for t in (*spec.special, *spec.added) if t not in spec.ids] + sorted(chars)))
     vocab = {tok: i for i, tok in enumerate(vocab_list)}
     if spec.ids:  # the released ids: placeholders (never produced: there are no merges) fill the gap
         at = {i: tok for tok, i in spec.ids.items()}

@@ -1,0 +1,120 @@
+"""The GLM-ASR family: prompt format and ids, parity with transformers' own path, plain-transformers
+reload, and SFT -> GRPO (local and Ray) -> eval at tiny size."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from asr_rl.models.audio_policy import AudioPolicy
+from asr_rl.models.families.glm_asr import RELEASED_IDS, placeholder_count
+
+WAV = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def glm_model(tiny_corpus, tmp_path_factory):
+    from asr_rl.models.builders import init_model
+
+    return init_model("glm_asr", "tiny", [tiny_corpus / "train.jsonl"], tmp_path_factory.mktemp("g") / "glm")
+
+
+@pytest.fixture(scope="module")
+def policy(glm_model):
+    return AudioPolicy.from_pretrained(glm_model)
+
+
+def test_prompt_ids_and_logits_equal_the_model_s_own_forward(policy):
+    assert {t: policy.tokenizer.convert_tokens_to_ids(t) for t in RELEASED_IDS} == RELEASED_IDS
+    assert policy.model.config.text_config.vocab_size == 59264 and policy.model.config.audio_token_id == 59260
+    prompts = policy.prepare([WAV, WAV[:16000]], ["en", "zh"])
+    ids = prompts.input_ids[1][prompts.attention_mask[1].bool()].tolist()
+    n = ids.count(59260)
+    assert n == placeholder_count(torch.tensor(100)) == 12  # 1 s = 100 mel frames -> 50 -> 12 merged
+    assert policy.tokenizer.decode(ids) == ("[gMASK]<sop><|user|>\n<|begin_of_audio|>" + "<|pad|>" * 12 +
+                                            "<|end_of_audio|>Please transcribe this audio into text<|assistant|>\n")
+    policy.model.eval()
+    with torch.no_grad():
+        own = policy.model(**policy.spec.model_inputs(prompts)).logits
+        ours = policy.model(inputs_embeds=policy.prompt_embeds(prompts, policy.encode_audio(prompts)),
+                            attention_mask=prompts.attention_mask).logits
+    real = prompts.attention_mask.bool()
+    assert torch.allclose(ours[real], own[real], atol=1e-5), (ours - own)[real].abs().max()
+    target = policy.target_ids(["call anna"], ["en"]).ids[0].tolist()
+    assert target[-1] == 59253 and policy.eos_id == 59253  # the turn ends with <|user|>, one of its EOS ids
+    assert policy.parse(" call anna ", "en") == (None, "call anna", True)
+
+
+def test_audio_longer_than_one_window_is_refused_naming_the_utterance(policy):
+    with pytest.raises(ValueError, match=r"utterance 1 lasts 31.0 s; glm_asr takes one 30 s window"):
+        policy.prepare([WAV, np.zeros(16000 * 31, np.float32)], ["en", "en"])
+
+
+_PLAIN = r"""
+import sys, numpy as np, torch
+from transformers import AutoProcessor, GlmAsrForConditionalGeneration
+assert "asr_rl" not in sys.modules
+path, out = sys.argv[1], sys.argv[2]
+proc = AutoProcessor.from_pretrained(path)
+model = GlmAsrForConditionalGeneration.from_pretrained(path).eval()
+wav = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
+inp = proc.apply_transcription_request(wav)
+with torch.no_grad():
+    logits = model(**inp).logits
+torch.save({"logits": logits, "ids": inp["input_ids"]}, out)
+"""
+
+
+def test_saved_checkpoint_loads_in_plain_transformers_with_identical_logits(policy, tmp_path):
+    policy.save_pretrained(tmp_path / "ckpt")
+    script = tmp_path / "plain.py"
+    script.write_text(_PLAIN)
+    res = subprocess.run([sys.executable, str(script), str(tmp_path / "ckpt"), str(tmp_path / "o.pt")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    plain = torch.load(tmp_path / "o.pt")
+    again = AudioPolicy.from_pretrained(tmp_path / "ckpt")
+    prompts = again.prepare([WAV], ["en"])
+    assert torch.equal(prompts.input_ids, plain["ids"])
+    again.model.eval()
+    with torch.no_grad():
+        ours = again.model(inputs_embeds=again.prompt_embeds(prompts, again.encode_audio(prompts)),
+                           attention_mask=prompts.attention_mask).logits
+    assert torch.allclose(ours, plain["logits"], atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_sft_grpo_local_and_ray_eval_and_reload(glm_model, tiny_corpus, tmp_path):
+    from asr_rl.config import load_config
+    from asr_rl.evaluation.evaluate import run_eval
+    from asr_rl.trainer.config import SFTConfig
+    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
+    from asr_rl.trainer.sft import train_sft
+
+    common = ["max_steps=2", "save_steps=1", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false"]
+    sft = train_sft(load_config(SFTConfig, None, [
+        f"pretrain={glm_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", f"output_dir={tmp_path / 'sft'}",
+        "train_batch_size=4", "micro_train_batch_size=4", *common]))
+    # a random encoder trains in SFT, with CTC on its merged frames
+    assert all(r["loss/ctc"] > 0 and r["loss/ce"] > 0 for r in read_metrics(tmp_path / "sft"))
+    # a random LLM scores 0 on every sample (no advantage): the CE term makes the update visible
+    rl = ["rollout_batch_size=2", "n_samples_per_prompt=4", "micro_train_batch_size=4", "max_new_tokens=8",
+          "temperature=1.5", "actor_learning_rate=0.01", "rollout.dynamic_filtering=false", "algo.sft_coef=1",
+          f"train_manifest={tiny_corpus / 'train.jsonl'}", *common]
+    local = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'local'}", *rl]))
+    ray = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'ray'}", *rl,
+                                                     "backend=ray", "max_steps=1"]))
+    before = AudioPolicy.from_pretrained(sft)
+    for folder in (local, ray):
+        after = AudioPolicy.from_pretrained(folder)  # strict reload
+        changed = [n for (n, a), (_, b) in zip(before.model.named_parameters(), after.model.named_parameters())
+                   if not torch.equal(a, b)]
+        assert any("language_model" in n for n in changed) and not any("audio_tower" in n for n in changed)
+    report = run_eval(local, {"clean": str(tiny_corpus / "test_clean.jsonl")}, batch_size=2, max_new_tokens=8,
+                      progress=False)
+    assert report["clean"].utterances == 2 and report["clean"].cer is not None
