@@ -40,3 +40,12 @@ def metrics_at(run_dir: Path, step: int) -> dict:
         if row["step"] == step:
             return row
     raise KeyError(f"step {step} not in {run_dir}/metrics.jsonl")
+
+
+def rel_cer(after: dict, before: dict) -> str:
+    """The relative CER change from `before` to `after`, e.g. `-6.4%`."""
+    return f"{100 * (after['cer'] - before['cer']) / before['cer']:+.1f}%" if before["cer"] else "-"
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"

@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from bench_common import evaluate, run
+from bench_common import evaluate, pct, rel_cer, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ("dev", "test_clean", "test_noisy", "test_accent")
@@ -78,9 +78,9 @@ def main() -> None:
     print("|---|" + "---:|" * (len(shown) + 2))
     for s in SETS:
         r = [results[m][s] for m in shown]
-        cers = [f"{100 * x['cer']:.2f}" + ("" if i == 0 else f" ({_rel(x, r[0])})") for i, x in enumerate(r)]
-        print(f"| {s} | " + " | ".join(cers) + f" | {' / '.join(_pct(x['keyword_recall']) for x in r)} | "
-              f"{' / '.join(_pct(x['language_accuracy']) for x in r)} |")
+        cers = [f"{100 * x['cer']:.2f}" + ("" if i == 0 else f" ({rel_cer(x, r[0])})") for i, x in enumerate(r)]
+        print(f"| {s} | " + " | ".join(cers) + f" | {' / '.join(pct(x['keyword_recall']) for x in r)} | "
+              f"{' / '.join(pct(x['language_accuracy']) for x in r)} |")
     for n in models:
         if n != "sft" and n in results:
             wall = out / n / "wall_seconds"
@@ -108,14 +108,6 @@ def build_pairs(sft: Path, corpus: Path, out: Path, n_utts: int) -> tuple[float,
     minutes = (time.perf_counter() - start) / 60
     done.write_text(f"{minutes:.3f}")
     return minutes, pairs
-
-
-def _rel(after: dict, before: dict) -> str:
-    return f"{100 * (after['cer'] - before['cer']) / before['cer']:+.1f}%" if before["cer"] else "-"
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_common import evaluate, run
+from bench_common import evaluate, pct, rel_cer, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ("dev", "test_clean", "test_noisy", "test_accent")
@@ -48,17 +48,9 @@ def main() -> None:
           f"{'kw recall SFT/GRPO/SFT+':>25} {'lang acc SFT/GRPO/SFT+':>24}")
     for name in SETS:
         s, g, c = (results[m][name] for m in models)
-        print(f"{name:<12} {100 * s['cer']:>9.2f} {100 * g['cer']:>10.2f} {_rel(g, s):>7} {100 * c['cer']:>10.2f} "
-              f"{_rel(c, s):>7} {'/'.join(_pct(m['keyword_recall']) for m in (s, g, c)):>25} "
-              f"{'/'.join(_pct(m['language_accuracy']) for m in (s, g, c)):>24}")
-
-
-def _rel(after: dict, before: dict) -> str:
-    return f"{100 * (after['cer'] - before['cer']) / before['cer']:+.1f}%" if before["cer"] else "-"
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+        print(f"{name:<12} {100 * s['cer']:>9.2f} {100 * g['cer']:>10.2f} {rel_cer(g, s):>7} {100 * c['cer']:>10.2f} "
+              f"{rel_cer(c, s):>7} {'/'.join(pct(m['keyword_recall']) for m in (s, g, c)):>25} "
+              f"{'/'.join(pct(m['language_accuracy']) for m in (s, g, c)):>24}")
 
 
 if __name__ == "__main__":

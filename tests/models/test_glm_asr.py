@@ -2,17 +2,13 @@
 reload, and SFT -> GRPO (local and Ray) -> eval at tiny size."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.families.glm_asr import RELEASED_IDS, placeholder_count
-
-WAV = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
+from tests.models.plain_transformers import WAV, WAV_CODE, check_plain_reload
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +56,7 @@ assert "asr_rl" not in sys.modules
 path, out = sys.argv[1], sys.argv[2]
 proc = AutoProcessor.from_pretrained(path)
 model = GlmAsrForConditionalGeneration.from_pretrained(path).eval()
-wav = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
+""" + WAV_CODE + r"""
 inp = proc.apply_transcription_request(wav)
 with torch.no_grad():
     logits = model(**inp).logits
@@ -69,21 +65,7 @@ torch.save({"logits": logits, "ids": inp["input_ids"]}, out)
 
 
 def test_saved_checkpoint_loads_in_plain_transformers_with_identical_logits(policy, tmp_path):
-    policy.save_pretrained(tmp_path / "ckpt")
-    script = tmp_path / "plain.py"
-    script.write_text(_PLAIN)
-    res = subprocess.run([sys.executable, str(script), str(tmp_path / "ckpt"), str(tmp_path / "o.pt")],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    plain = torch.load(tmp_path / "o.pt")
-    again = AudioPolicy.from_pretrained(tmp_path / "ckpt")
-    prompts = again.prepare([WAV], ["en"])
-    assert torch.equal(prompts.input_ids, plain["ids"])
-    again.model.eval()
-    with torch.no_grad():
-        ours = again.model(inputs_embeds=again.prompt_embeds(prompts, again.encode_audio(prompts)),
-                           attention_mask=prompts.attention_mask).logits
-    assert torch.allclose(ours, plain["logits"], atol=1e-5)
+    check_plain_reload(policy, tmp_path, _PLAIN)
 
 
 @pytest.mark.slow

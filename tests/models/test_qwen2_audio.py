@@ -1,9 +1,6 @@
 """The Qwen2-Audio family: real prompt format, the Whisper tower, parity with transformers' own path."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -13,6 +10,7 @@ from asr_rl.data.batching import load_batch
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import read_info
+from tests.models.plain_transformers import WAV_CODE, check_plain_reload
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +78,7 @@ assert "asr_rl" not in sys.modules
 path, out = sys.argv[1], sys.argv[2]
 proc = AutoProcessor.from_pretrained(path)
 model = Qwen2AudioForConditionalGeneration.from_pretrained(path).eval()
-wav = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
+""" + WAV_CODE + r"""
 conv = [{"role": "user", "content": [{"type": "audio", "audio_url": "x"},
                                      {"type": "text", "text": "Detect the language and recognize the speech:"}]}]
 text = proc.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
@@ -92,22 +90,7 @@ torch.save({"logits": logits, "ids": inp["input_ids"]}, out)
 
 
 def test_saved_checkpoint_loads_in_plain_transformers_with_identical_logits(policy, tmp_path):
-    policy.save_pretrained(tmp_path / "ckpt")
-    script = tmp_path / "plain.py"
-    script.write_text(_PLAIN)
-    res = subprocess.run([sys.executable, str(script), str(tmp_path / "ckpt"), str(tmp_path / "o.pt")],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    plain = torch.load(tmp_path / "o.pt")
-    again = AudioPolicy.from_pretrained(tmp_path / "ckpt")
-    wav = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
-    prompts = again.prepare([wav], ["en"])
-    assert torch.equal(prompts.input_ids, plain["ids"])
-    again.model.eval()
-    with torch.no_grad():
-        ours = again.model(inputs_embeds=again.prompt_embeds(prompts, again.encode_audio(prompts)),
-                           attention_mask=prompts.attention_mask).logits
-    assert torch.allclose(ours, plain["logits"], atol=1e-5)
+    check_plain_reload(policy, tmp_path, _PLAIN)
     assert read_info(tmp_path / "ckpt")["encoder"] == "whisper-tiny.en"  # travels with every checkpoint
 
 
