@@ -12,13 +12,14 @@ import fnmatch
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
 _PROMPT_SECONDS = 2.0  # the utterance whose prompt is shown
 
 
 def model_info(path: str | Path) -> dict:
+    from transformers import AutoProcessor
+
     from asr_rl.models.builders import encoder_is_pretrained, read_info
     from asr_rl.models.families import SPECS
     from asr_rl.models.policy_base import read_model_config
@@ -47,23 +48,7 @@ def model_info(path: str | Path) -> dict:
             "frozen by default": {"patterns": list(frozen), "parameters": n_frozen,
                                   "SFT": "frozen" if encoder_is_pretrained(path) else "trains (random init; CTC on)",
                                   "RL": "frozen"},
-            "prompt": prompt_text(spec, path, config)}
-
-
-def prompt_text(spec, path: str | Path, config, sample_rate: int = 16000) -> str:
-    """The prompt one utterance of `_PROMPT_SECONDS` gets, runs of one audio placeholder shown once with their count."""
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(path)
-    prompts = spec.prepare(processor, [np.zeros(int(_PROMPT_SECONDS * sample_rate), np.float32)], [None], False,
-                           sample_rate)
-    ids = prompts.input_ids[0][prompts.attention_mask[0].bool()].tolist()
-    placeholder = spec.audio_token_id(config)
-    n = ids.count(placeholder)
-    first = ids.index(placeholder) if n else len(ids)
-    tok = processor.tokenizer
-    return tok.decode(ids[:first]) + (f"{tok.convert_ids_to_tokens(placeholder)} x {n}" if n else "") + \
-        tok.decode([i for i in ids[first:] if i != placeholder])
+            "prompt": spec.prompt_preview(AutoProcessor.from_pretrained(path), config, _PROMPT_SECONDS)}
 
 
 def format_info(info: dict, indent: int = 0) -> str:

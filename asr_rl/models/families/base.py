@@ -132,6 +132,20 @@ class AudioLLMSpec:
         """Decoded response -> (predicted language name or code, or None; transcript; well_formed)."""
         raise NotImplementedError
 
+    def prompt_preview(self, processor, config, seconds: float = 2.0, sample_rate: int = 16000) -> str:
+        """The prompt one utterance of `seconds` gets (`asr-rl model info`), the audio placeholders
+        shown once with their count."""
+        prompts = self.prepare(processor, [np.zeros(int(seconds * sample_rate), np.float32)], [None], False,
+                               sample_rate)
+        ids = prompts.input_ids[0][prompts.attention_mask[0].bool()]
+        audio = self.audio_positions(config, ids[None])[0]
+        if not audio.any():
+            return processor.tokenizer.decode(ids)
+        first = int(audio.nonzero()[0])
+        placeholder = processor.tokenizer.convert_ids_to_tokens(int(ids[first]))
+        return (processor.tokenizer.decode(ids[:first]) + f"{placeholder} x {int(audio.sum())}"
+                + processor.tokenizer.decode(ids[first:][~audio[first:]]))
+
     # --- builders ----------------------------------------------------------------------------
     def build(self, size: str, tokenizer, encoder: str | None = None, seed: int = 0):
         """`(model, processor)`: a new model of `size` for `tokenizer`, its audio encoder loaded
