@@ -73,15 +73,13 @@ class AudioPolicy(CausalPolicy):
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                         **kwargs) -> "AudioPolicy":
-        from transformers import AutoProcessor
-
         config = read_model_config(path)
         spec = spec_for(config.model_type)  # clear error for a folder that is not an audio-LLM
         spec.check_folder(path, json.loads((Path(path) / "config.json").read_text(encoding="utf-8")))
         model = load_strict(spec.model_class(), path, dtype).to(device)
         from asr_rl.models.builders import read_info
 
-        policy = cls(model, AutoProcessor.from_pretrained(path), **kwargs)
+        policy = cls(model, spec.load_processor(path), **kwargs)
         policy.info = read_info(path)
         return policy
 

@@ -80,9 +80,8 @@ def init_model(arch: str, size: str, tokenizer_from: list[str | os.PathLike], ou
     info = {"arch": arch, "size": size, "seed": seed}
     if arch in FAMILIES:
         spec = FAMILIES[arch]
-        real_ids = spec.check_size(size).get("real_ids", False)
         source = spec.default_encoder if encoder == "default" else (None if encoder in (None, "none") else encoder)
-        tokenizer = build_char_tokenizer(texts, spec.tokenizer_spec(real_ids=real_ids))
+        tokenizer = spec.make_tokenizer(texts, size)
         model, processor = spec.build(size, tokenizer, encoder=source, seed=seed)
         info["encoder"] = str(source) if source else "random"
     else:

@@ -22,13 +22,14 @@ class ResponseCodec:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, force_language: bool = False) -> "ResponseCodec":
-        from transformers import AutoConfig, AutoProcessor, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         from asr_rl.models.families import is_audio_llm, spec_for
 
         model_type = AutoConfig.from_pretrained(path).model_type
         if is_audio_llm(model_type):
-            return cls(AutoProcessor.from_pretrained(path).tokenizer, spec_for(model_type), force_language)
+            spec = spec_for(model_type)
+            return cls(spec.load_processor(path).tokenizer, spec, force_language)
         return cls(AutoTokenizer.from_pretrained(path))
 
     def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:

@@ -18,8 +18,6 @@ _PROMPT_SECONDS = 2.0  # the utterance whose prompt is shown
 
 
 def model_info(path: str | Path) -> dict:
-    from transformers import AutoProcessor
-
     from asr_rl.models.builders import encoder_is_pretrained, read_info
     from asr_rl.models.families import SPECS
     from asr_rl.models.policy_base import read_model_config
@@ -48,7 +46,7 @@ def model_info(path: str | Path) -> dict:
             "frozen by default": {"patterns": list(frozen), "parameters": n_frozen,
                                   "SFT": "frozen" if encoder_is_pretrained(path) else "trains (random init; CTC on)",
                                   "RL": "frozen"},
-            "prompt": spec.prompt_preview(AutoProcessor.from_pretrained(path), config, _PROMPT_SECONDS)}
+            "prompt": spec.prompt_preview(spec.load_processor(path), config, _PROMPT_SECONDS)}
 
 
 def format_info(info: dict, indent: int = 0) -> str:

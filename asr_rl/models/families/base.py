@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from asr_rl.models.tokenizer import TokenizerSpec
+from asr_rl.models.tokenizer import TokenizerSpec, build_char_tokenizer
 
 
 @dataclass
@@ -109,6 +109,17 @@ class AudioLLMSpec:
         """Special tokens, tags and chat template of the family's tokenizer (for `model init`);
         `real_ids`: the special tokens at the ids of the family's released tokenizer."""
         raise NotImplementedError
+
+    def make_tokenizer(self, texts: list[str], size: str):
+        """`model init`'s tokenizer: by default character-level over `texts` in the family's format
+        (`tokenizer_spec`); a family whose processor needs its own tokenizer format overrides it."""
+        return build_char_tokenizer(texts, self.tokenizer_spec(real_ids=self.check_size(size).get("real_ids", False)))
+
+    def load_processor(self, path):
+        """The processor of a checkpoint folder (default: transformers' `AutoProcessor`)."""
+        from transformers import AutoProcessor
+
+        return AutoProcessor.from_pretrained(path)
 
     def prepare(self, processor, waveforms: list[np.ndarray], languages: list[str | None],
                 force_language: bool, sample_rate: int) -> AudioPrompts:
