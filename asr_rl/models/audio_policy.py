@@ -60,6 +60,9 @@ class AudioPolicy(CausalPolicy):
     def default_frozen(self) -> tuple[str, ...]:
         return self.spec.frozen_by_default()
 
+    def llm_config(self):
+        return self.spec.llm_config(self.model.config)
+
     def save_extra(self, path: str | Path) -> None:
         import json
 

@@ -98,6 +98,10 @@ class CausalPolicy(nn.Module):
     def default_frozen(self) -> tuple[str, ...]:
         return ()
 
+    def llm_config(self):
+        """The config of the causal LM `body()` + head form on their own (what vLLM serves)."""
+        return copy.deepcopy(self.model.config.get_text_config())
+
     def save_extra(self, path: str | Path) -> None:
         """Save the processor/tokenizer beside the weights."""
         raise NotImplementedError
@@ -199,7 +203,11 @@ class CausalPolicy(nn.Module):
         """
         cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=embeds.device)
-        out = self.model(inputs_embeds=embeds, attention_mask=mask, use_cache=True, logits_to_keep=1)
+        # explicit positions: a model that derives them itself from ids it is not given (the
+        # Qwen2.5-Omni thinker's 3-D rotary index) gets them wrong once decoding passes ids
+        positions = torch.arange(embeds.shape[1], device=embeds.device).expand(embeds.shape[0], -1)
+        out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1)
         done = torch.zeros(embeds.shape[0], dtype=torch.bool, device=embeds.device)
         tokens, logps = [], []
         for _ in range(max_new_tokens):
@@ -213,8 +221,9 @@ class CausalPolicy(nn.Module):
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-            out = self.model(input_ids=nxt[:, None], attention_mask=mask, use_cache=True, logits_to_keep=1,
-                             **{cache_kw: cache})
+            positions = positions[:, -1:] + 1
+            out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions, use_cache=True,
+                             logits_to_keep=1, **{cache_kw: cache})
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:

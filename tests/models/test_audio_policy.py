@@ -106,7 +106,10 @@ def test_folder_that_is_missing_or_not_an_audio_llm(tmp_path):
         AudioPolicy.from_pretrained(tmp_path / "nothing")
     Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=1)).save_pretrained(tmp_path / "text")
-    with pytest.raises(ValueError, match="'qwen2' is not a supported audio-LLM; supported: glmasr, qwen2_audio, qwen3_asr"):
+    from asr_rl.models.families import SPECS
+
+    assert {"glmasr", "qwen2_audio", "qwen3_asr", "qwen2_5_omni_thinker"} <= set(SPECS)
+    with pytest.raises(ValueError, match=f"'qwen2' is not a supported audio-LLM; supported: {', '.join(sorted(SPECS))}$"):
         AudioPolicy.from_pretrained(tmp_path / "text")
 
 

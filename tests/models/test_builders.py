@@ -56,7 +56,7 @@ def test_tokenizer_covers_corpus_and_language_tag_is_one_token(tiny_model, tiny_
 def test_init_refuses_bad_arguments(tiny_corpus, tmp_path):
     with pytest.raises(ValueError, match="unknown size 'huge' for qwen3_asr; choose one of tiny, small"):
         init_model("qwen3_asr", "huge", [tiny_corpus / "train.jsonl"], tmp_path / "a")
-    with pytest.raises(ValueError, match="unknown arch 'whisper'; supported: qwen3_asr, qwen2_audio, glm_asr, qwen2, qwen3"):
+    with pytest.raises(ValueError, match="unknown arch 'whisper'; supported: qwen3_asr, qwen2_audio, glm_asr, qwen2_5_omni, .*qwen2, qwen3"):
         init_model("whisper", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "b")
     with pytest.raises(FileNotFoundError, match="nope.jsonl does not exist"):
         init_model("qwen3_asr", "tiny", [tmp_path / "nope.jsonl"], tmp_path / "c")

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
 from asr_rl.models.families.glm_asr import GlmAsrSpec
+from asr_rl.models.families.qwen2_5_omni import Qwen2_5OmniSpec
 from asr_rl.models.families.qwen2_audio import Qwen2AudioSpec
 from asr_rl.models.families.qwen3_asr import Qwen3ASRSpec
 
-_FAMILIES: tuple[AudioLLMSpec, ...] = (Qwen3ASRSpec(), Qwen2AudioSpec(), GlmAsrSpec())
+_FAMILIES: tuple[AudioLLMSpec, ...] = (Qwen3ASRSpec(), Qwen2AudioSpec(), GlmAsrSpec(), Qwen2_5OmniSpec())
 SPECS: dict[str, AudioLLMSpec] = {t: spec for spec in _FAMILIES for t in spec.model_types}
 FAMILIES: dict[str, AudioLLMSpec] = {spec.name: spec for spec in _FAMILIES}
 

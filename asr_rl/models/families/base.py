@@ -9,6 +9,8 @@ file in this package with a registered spec, and its test.
 """
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,6 +101,11 @@ class AudioLLMSpec:
     def encoder_width(self, config) -> int:
         """Width of the audio-encoder states (what the projector and a CTC head read)."""
         return config.audio_config.d_model
+
+    def llm_config(self, config):
+        """The config of the LLM as a standalone causal LM (vLLM serves it from prompt embeddings);
+        its `model_type` must have a `*ForCausalLM` class with the LLM's parameter names."""
+        return copy.deepcopy(config.get_text_config())
 
     def frozen_by_default(self) -> tuple[str, ...]:
         """Parameter-name patterns of the audio encoder (frozen in RL, and in SFT when pretrained)."""

@@ -43,6 +43,17 @@ def language_tag(code: str | None) -> str:
     return f"<|{code or UNKNOWN}|>"
 
 
+def whisper_features(fe, waveforms, sample_rate: int):
+    """Whisper log-mels and frame mask padded to the batch's longest utterance plus a margin, not to
+    30 s: at every real frame they equal the 30 s padding's (the margin's zeros are what the last
+    frames' STFT windows see there too). Longer audio is cut at 30 s, as the processor does."""
+    longest = max(len(w) for w in waveforms)
+    bucket = _BUCKET_FRAMES * fe.hop_length
+    target = min(fe.n_samples, -(-(longest + _MARGIN_FRAMES * fe.hop_length) // bucket) * bucket)
+    return fe(list(waveforms), sampling_rate=sample_rate, padding="max_length", max_length=target,
+              truncation=True, return_attention_mask=True, return_tensors="pt")
+
+
 def placeholder_count(mel_frames: torch.Tensor) -> torch.Tensor:
     """Encoder output frames (= audio placeholders) for L mel frames: conv stride 2, then pool 2."""
     return ((mel_frames - 1) // 2 + 1 - 2) // 2 + 1
@@ -90,12 +101,7 @@ class Qwen2AudioSpec(AudioLLMSpec):
         return text + (language_tag(language) if language else "")
 
     def prepare(self, processor, waveforms, languages, force_language, sample_rate):
-        fe = processor.feature_extractor
-        longest = max(len(w) for w in waveforms)
-        bucket = _BUCKET_FRAMES * fe.hop_length
-        target = min(fe.n_samples, -(-(longest + _MARGIN_FRAMES * fe.hop_length) // bucket) * bucket)
-        feats = fe(list(waveforms), sampling_rate=sample_rate, padding="max_length", max_length=target,
-                   truncation=True, return_attention_mask=True, return_tensors="pt")
+        feats = whisper_features(processor.feature_extractor, waveforms, sample_rate)
         counts = placeholder_count(feats["attention_mask"].sum(-1)).tolist()
         texts = [self.prompt_text(processor, lang if force_language else None).replace(AUDIO, AUDIO * n)
                  for lang, n in zip(languages, counts)]

@@ -18,7 +18,6 @@ group (a standalone `ProcessGroupGloo` on a `TCPStore`, apart from DeepSpeed's d
 """
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import logging
@@ -82,7 +81,7 @@ def llm_named_weights(policy) -> list[tuple[str, torch.Tensor]]:
 def _causal_lm_config(policy):
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    config = copy.deepcopy(policy.model.config.get_text_config())
+    config = policy.llm_config()
     arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type)
     if arch is None:
         raise ValueError(f"no causal-LM class for the policy's text model type {config.model_type!r}")

