@@ -23,7 +23,7 @@ from torch import nn
 from asr_rl.models.codec import ResponseCodec
 from asr_rl.models.encoder_cache import EncoderCache, encoder_fingerprint
 from asr_rl.models.families import AudioLLMSpec, AudioPrompts, spec_for
-from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses, load_strict, read_model_config
+from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses, read_model_config
 
 
 class AudioPolicy(CausalPolicy):
@@ -79,7 +79,7 @@ class AudioPolicy(CausalPolicy):
         config = read_model_config(path)
         spec = spec_for(config.model_type)  # clear error for a folder that is not an audio-LLM
         spec.check_folder(path, json.loads((Path(path) / "config.json").read_text(encoding="utf-8")))
-        model = load_strict(spec.model_class(), path, dtype).to(device)
+        model = spec.load_model(path, dtype).to(device)
         from asr_rl.models.builders import read_info
 
         policy = cls(model, spec.load_processor(path), **kwargs)

@@ -35,6 +35,7 @@ def model_info(path: str | Path) -> dict:
             model = AutoModelForCausalLM.from_config(config)
         return {**info, "family": "causal LM (text RLHF)", "parameters": _count(model)}
     spec.check_folder(path, json.loads((Path(path) / "config.json").read_text(encoding="utf-8")))
+    config = spec.model_config(config)
     with torch.device("meta"):
         model = spec.model_class()(config)
     frozen = spec.frozen_by_default()

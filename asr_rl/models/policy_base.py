@@ -65,10 +65,14 @@ def read_model_config(path: str | Path):
     return AutoConfig.from_pretrained(path)
 
 
-def load_strict(model_cls, path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """`model_cls.from_pretrained(path)`, refusing weights that leave parameters missing (randomly
-    initialised) or keys unused: a folder in another layout must not train or score as random weights."""
-    model, info = model_cls.from_pretrained(path, dtype=dtype, output_loading_info=True)
+def load_strict(model_cls, path: str | Path, dtype: torch.dtype = torch.float32, unused: tuple[str, ...] = (),
+                **kwargs) -> nn.Module:
+    """`model_cls.from_pretrained(path, **kwargs)`, refusing weights that leave parameters missing
+    (randomly initialised) or keys unused: a folder in another layout must not train or score as
+    random weights. `unused`: key prefixes the checkpoint may hold beyond the model (the parts of
+    a larger model that ASR does not run)."""
+    model, info = model_cls.from_pretrained(path, dtype=dtype, output_loading_info=True, **kwargs)
+    info["unexpected_keys"] = [k for k in info.get("unexpected_keys") or [] if not str(k).startswith(unused)]
     problems = {kind: sorted(map(str, info.get(kind) or [])) for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     problems = {k: v for k, v in problems.items() if v}
     if problems:

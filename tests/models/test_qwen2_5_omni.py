@@ -4,6 +4,7 @@ path, the processor files kept for the full processor, plain-transformers reload
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -62,16 +63,29 @@ def test_audio_tower_with_its_projector_and_the_vision_tower_are_frozen_by_defau
             p.requires_grad_(True)
 
 
-def test_the_full_processor_s_files_are_written_and_the_whole_omni_checkpoint_is_refused(policy, omni_model, tmp_path):
+def test_the_full_processor_s_files_are_kept_and_the_thinker_loads_from_the_whole_omni(policy, omni_model, tmp_path):
+    from safetensors.torch import load_file, save_file
+
     saved = json.loads((omni_model / "processor_config.json").read_text())
     assert saved["processor_class"] == "Qwen2_5OmniProcessor"
     assert saved["feature_extractor"]["feature_size"] == 128 and saved["video_processor"]["merge_size"] == 2
     policy.save_pretrained(tmp_path / "again")
     assert (tmp_path / "again" / "processor_config.json").read_text() == (omni_model / "processor_config.json").read_text()
-    (tmp_path / "whole").mkdir()
-    (tmp_path / "whole" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_omni", "thinker_config": {}}))
-    with pytest.raises(ValueError, match=r"whole Qwen2.5-Omni .*\.thinker\.save_pretrained"):
-        AudioPolicy.from_pretrained(tmp_path / "whole")
+    # the released layout: Qwen2_5OmniForConditionalGeneration's config and thinker./talker./token2wav. weights
+    whole = tmp_path / "whole"
+    shutil.copytree(omni_model, whole)
+    thinker = json.loads((omni_model / "config.json").read_text())
+    (whole / "config.json").write_text(json.dumps({"model_type": "qwen2_5_omni", "thinker_config": thinker,
+                                                   "architectures": ["Qwen2_5OmniForConditionalGeneration"]}))
+    weights = {f"thinker.{k}": v for k, v in load_file(omni_model / "model.safetensors").items()}
+    save_file({**weights, "talker.codec_head.weight": torch.zeros(4, 4), "token2wav.code2wav_dit_model.w": torch.zeros(2)},
+              whole / "model.safetensors", metadata={"format": "pt"})
+    loaded = AudioPolicy.from_pretrained(whole)
+    assert type(loaded.model).__name__ == "Qwen2_5OmniThinkerForConditionalGeneration"
+    assert all(torch.equal(a, b) for a, b in zip(policy.model.state_dict().values(), loaded.model.state_dict().values()))
+    save_file({**weights, "thinker.extra.weight": torch.zeros(2)}, whole / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"1 unexpected keys \(e.g. (thinker\.)?extra\.weight\)"):
+        AudioPolicy.from_pretrained(whole)  # only the talker's and vocoder's weights may go unused
 
 
 _PLAIN = r"""

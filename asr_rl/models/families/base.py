@@ -76,6 +76,17 @@ class AudioLLMSpec:
     def model_class(self) -> type:
         raise NotImplementedError
 
+    def model_config(self, config):
+        """The config `model_class()` takes, from a folder's (a checkpoint holding a larger model
+        than the audio-LLM gives the audio-LLM's part)."""
+        return config
+
+    def load_model(self, path, dtype: torch.dtype) -> nn.Module:
+        """The model of a checkpoint folder, every weight accounted for (`load_strict`)."""
+        from asr_rl.models.policy_base import load_strict
+
+        return load_strict(self.model_class(), path, dtype)
+
     def check_folder(self, path, raw_config: dict) -> None:
         """Refuse a checkpoint layout this family's transformers class cannot load (before the
         weights load), saying how to convert it; `raw_config` is the folder's config.json."""

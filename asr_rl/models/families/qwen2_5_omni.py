@@ -103,7 +103,7 @@ class OmniAudioProcessor:
 
 class Qwen2_5OmniSpec(AudioLLMSpec):
     name = "qwen2_5_omni"
-    model_types = ("qwen2_5_omni_thinker", "qwen2_5_omni")  # the second: refused, saying how to extract
+    model_types = ("qwen2_5_omni_thinker", "qwen2_5_omni")  # a thinker folder, or the whole model
     sizes = {
         # the released vocabulary and ids with a tiny audio tower and LLM (and a 1-block vision
         # tower ASR never runs), for tests
@@ -122,11 +122,19 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
 
         return Qwen2_5OmniThinkerForConditionalGeneration
 
-    def check_folder(self, path, raw_config):
-        if raw_config.get("model_type") == "qwen2_5_omni":
-            raise ValueError(f"{path} is the whole Qwen2.5-Omni (thinker, talker, vocoder); ASR trains its thinker. "
-                             "Save the thinker alone first: Qwen2_5OmniForConditionalGeneration.from_pretrained(path)"
-                             ".thinker.save_pretrained(out), and copy the tokenizer and processor files beside it")
+    def model_config(self, config):
+        return config.thinker_config if config.model_type == "qwen2_5_omni" else config
+
+    def load_model(self, path, dtype):
+        """A thinker folder, or the thinker out of a whole released Qwen2.5-Omni (its talker and
+        vocoder weights are left on disk); checkpoints we save hold the thinker alone."""
+        from asr_rl.models.policy_base import load_strict, read_model_config
+
+        config = read_model_config(path)
+        if config.model_type != "qwen2_5_omni":
+            return super().load_model(path, dtype)
+        return load_strict(self.model_class(), path, dtype, unused=("talker.", "token2wav."),
+                           config=config.thinker_config, key_mapping={r"^thinker\.": ""})
 
     def audio_tower(self, model):
         return model.audio_tower
