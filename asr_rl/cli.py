@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     init = model.add_parser("init", help="a new audio-LLM (pretrained or random encoder) with an offline tokenizer")
     # the families are listed by models/families/ (unknown names fail there, naming the valid ones)
     init.add_argument("--arch", default="qwen2_audio",
-                      help="qwen2_audio | qwen3_asr | glm_asr (audio-LLMs), qwen2 | qwen3 (text)")
+                      help="qwen2_audio | qwen3_asr | glm_asr | qwen2_5_omni | voxtral (audio-LLMs), qwen2 | qwen3 (text)")
     init.add_argument("--encoder", default="default",
                       help="pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or "
                            "none (random init); default: the family's (qwen2_audio: whisper-tiny.en, qwen3_asr: none)")

@@ -193,10 +193,7 @@ class AudioPolicy(CausalPolicy):
 
 def _forbidden_token_ids(tokenizer, spec: AudioLLMSpec) -> set[int]:
     """PAD, `<|im_start|>`, `<|endoftext|>` and the family's audio tokens: never sampled, never scored."""
-    ids = {tokenizer.pad_token_id}
-    for name in ("<|im_start|>", "<|endoftext|>", *spec.tokenizer_spec().extra_special.values()):
-        tid = tokenizer.convert_tokens_to_ids(name)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
-            ids.add(tid)
-    return ids
+    vocab = tokenizer.get_vocab()  # looked up, not converted: an unknown name would map to <unk>
+    names = ("<|im_start|>", "<|endoftext|>", *spec.tokenizer_spec().extra_special.values())
+    return {tokenizer.pad_token_id} | {vocab[name] for name in names if name in vocab}
 

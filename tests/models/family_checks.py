@@ -1,8 +1,10 @@
 """Checks each family test runs: a checkpoint we save loads with transformers alone (no asr_rl
-import) and gives our logits for the same utterance; vLLM, serving the family's LLM from our prompt
-embeddings, decodes greedily what the policy's own generate does."""
+import) and gives our logits for the same utterance; SFT, then GRPO locally and on Ray, then eval;
+vLLM, serving the family's LLM from our prompt embeddings, decodes greedily what the policy's own
+generate does."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +64,37 @@ def check_vllm_greedy(model_dir: Path, manifest: Path, max_new_tokens: int = 12)
         assert [grp.ids[0] for grp in engine.generate(rows, 1, greedy, seeds=[0] * len(rows))] == expected
     finally:
         engine.close()
+
+
+def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: str, frozen: str) -> None:
+    """SFT 2 steps from `model_dir` (a random encoder: CTC on), GRPO 2 steps locally and 1 on Ray;
+    each result reloads strictly with parameters matching regex `trained` changed and none matching
+    `frozen` (the audio tower); eval of the local result reports a CER."""
+    from asr_rl.config import load_config
+    from asr_rl.evaluation.evaluate import run_eval
+    from asr_rl.trainer.config import SFTConfig
+    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
+    from asr_rl.trainer.sft import train_sft
+
+    common = ["max_steps=2", "save_steps=1", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false"]
+    sft = train_sft(load_config(SFTConfig, None, [
+        f"pretrain={model_dir}", f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={tmp_path / 'sft'}",
+        "train_batch_size=4", "micro_train_batch_size=4", *common]))
+    assert all(r["loss/ctc"] > 0 and r["loss/ce"] > 0 for r in read_metrics(tmp_path / "sft"))
+    # a random LLM scores 0 on every sample (no advantage): the CE term makes the update visible
+    rl = ["rollout_batch_size=2", "n_samples_per_prompt=4", "micro_train_batch_size=4", "max_new_tokens=8",
+          "temperature=1.5", "actor_learning_rate=0.01", "rollout.dynamic_filtering=false", "algo.sft_coef=1",
+          f"train_manifest={corpus / 'train.jsonl'}", *common]
+    local = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'local'}", *rl]))
+    ray = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'ray'}", *rl,
+                                                     "backend=ray", "max_steps=1"]))
+    before = AudioPolicy.from_pretrained(sft)
+    for folder in (local, ray):
+        after = AudioPolicy.from_pretrained(folder)  # strict reload
+        changed = [n for (n, a), (_, b) in zip(before.model.named_parameters(), after.model.named_parameters())
+                   if not torch.equal(a, b)]
+        assert any(re.search(trained, n) for n in changed) and not any(re.search(frozen, n) for n in changed)
+    report = run_eval(local, {"clean": str(corpus / "test_clean.jsonl")}, batch_size=2, max_new_tokens=8,
+                      progress=False)
+    assert report["clean"].utterances == 2 and report["clean"].cer is not None

@@ -11,7 +11,8 @@ import torch
 
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.families.qwen2_5_omni import RELEASED_IDS, placeholder_count
-from tests.models.family_checks import WAV, WAV_CODE, check_plain_reload, check_vllm_greedy
+from tests.models.family_checks import (WAV, WAV_CODE, check_plain_reload, check_sft_grpo_eval,
+                                        check_vllm_greedy)
 
 
 @pytest.fixture(scope="module")
@@ -122,35 +123,7 @@ def test_saved_checkpoint_loads_in_plain_transformers_with_identical_logits(poli
 @pytest.mark.slow
 @pytest.mark.ray
 def test_sft_grpo_local_and_ray_eval_and_reload(omni_model, tiny_corpus, tmp_path):
-    from asr_rl.config import load_config
-    from asr_rl.evaluation.evaluate import run_eval
-    from asr_rl.trainer.config import SFTConfig
-    from asr_rl.trainer.metrics import read_metrics
-    from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
-    from asr_rl.trainer.sft import train_sft
-
-    common = ["max_steps=2", "save_steps=1", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false"]
-    sft = train_sft(load_config(SFTConfig, None, [
-        f"pretrain={omni_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", f"output_dir={tmp_path / 'sft'}",
-        "train_batch_size=4", "micro_train_batch_size=4", *common]))
-    # a random encoder trains in SFT, with CTC on the tower's output
-    assert all(r["loss/ctc"] > 0 and r["loss/ce"] > 0 for r in read_metrics(tmp_path / "sft"))
-    rl = ["rollout_batch_size=2", "n_samples_per_prompt=4", "micro_train_batch_size=4", "max_new_tokens=8",
-          "temperature=1.5", "actor_learning_rate=0.01", "rollout.dynamic_filtering=false", "algo.sft_coef=1",
-          f"train_manifest={tiny_corpus / 'train.jsonl'}", *common]
-    local = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'local'}", *rl]))
-    ray = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'ray'}", *rl,
-                                                     "backend=ray", "max_steps=1"]))
-    before = AudioPolicy.from_pretrained(sft)
-    for folder in (local, ray):
-        after = AudioPolicy.from_pretrained(folder)  # strict reload
-        changed = [n for (n, a), (_, b) in zip(before.model.named_parameters(), after.model.named_parameters())
-                   if not torch.equal(a, b)]
-        assert any(n.startswith("model.") for n in changed)
-        assert not any(n.startswith(("audio_tower.", "visual.")) for n in changed)
-    report = run_eval(local, {"clean": str(tiny_corpus / "test_clean.jsonl")}, batch_size=2, max_new_tokens=8,
-                      progress=False)
-    assert report["clean"].utterances == 2 and report["clean"].cer is not None
+    check_sft_grpo_eval(omni_model, tiny_corpus, tmp_path, trained=r"^model\.", frozen=r"^(audio_tower|visual)\.")
 
 
 @pytest.mark.slow

@@ -10,8 +10,9 @@ from asr_rl.models.families.glm_asr import GlmAsrSpec
 from asr_rl.models.families.qwen2_5_omni import Qwen2_5OmniSpec
 from asr_rl.models.families.qwen2_audio import Qwen2AudioSpec
 from asr_rl.models.families.qwen3_asr import Qwen3ASRSpec
+from asr_rl.models.families.voxtral import VoxtralSpec
 
-_FAMILIES: tuple[AudioLLMSpec, ...] = (Qwen3ASRSpec(), Qwen2AudioSpec(), GlmAsrSpec(), Qwen2_5OmniSpec())
+_FAMILIES: tuple[AudioLLMSpec, ...] = (Qwen3ASRSpec(), Qwen2AudioSpec(), GlmAsrSpec(), Qwen2_5OmniSpec(), VoxtralSpec())
 SPECS: dict[str, AudioLLMSpec] = {t: spec for spec in _FAMILIES for t in spec.model_types}
 FAMILIES: dict[str, AudioLLMSpec] = {spec.name: spec for spec in _FAMILIES}
 
