@@ -87,9 +87,10 @@ class OmniAudioProcessor:
         from transformers import AutoTokenizer, WhisperFeatureExtractor
 
         path = Path(path)
-        files = {name: (path / name).read_text(encoding="utf-8") for name in _PROCESSOR_FILES if (path / name).is_file()}
-        template = files.get("chat_template.jinja") or json.loads(files.get("chat_template.json", "{}")).get(
-            "chat_template")
+        files = {name: (path / name).read_text(encoding="utf-8")
+                 for name in _PROCESSOR_FILES if (path / name).is_file()}
+        template = (files.get("chat_template.jinja")
+                    or json.loads(files.get("chat_template.json", "{}")).get("chat_template"))
         tokenizer = AutoTokenizer.from_pretrained(path)
         if not template:
             raise ValueError(f"{path}: no chat template (chat_template.jinja or chat_template.json)")
@@ -106,7 +107,7 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
     model_types = ("qwen2_5_omni_thinker", "qwen2_5_omni")  # a thinker folder, or the whole model
     sizes = {
         # the released vocabulary and ids with a tiny audio tower and LLM (and a 1-block vision
-        # tower ASR never runs), for tests
+        # tower ASR never runs), for tests; mrope_section sums to head_dim / 2
         "tiny": dict(audio=dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128),
                      text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                                num_key_value_heads=1, rope_parameters=dict(rope_type="default", rope_theta=1e6,
@@ -114,7 +115,7 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
         "small": dict(audio=dict(d_model=256, encoder_layers=3, encoder_attention_heads=4, encoder_ffn_dim=1024),
                       text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
                                 num_key_value_heads=2, rope_parameters=dict(rope_type="default", rope_theta=1e6,
-                                                                             mrope_section=[16, 24, 24]))),
+                                                                             mrope_section=[8, 12, 12]))),
     }
 
     def model_class(self):
