@@ -110,12 +110,10 @@ class VoxtralSpec(AudioLLMSpec):
         return config.audio_config.intermediate_size  # the projector reads 4 merged states
 
     def tokenizer_spec(self, real_ids: bool = True):
-        # Only `extra_special` is read for a Tekken tokenizer: tokens never to sample ([AUDIO] would
-        # break the placeholder count; the others belong to prompts).
+        # The Tekken file holds the vocabulary (`make_tokenizer`); this names only the tokens never
+        # to sample: [AUDIO] would break the placeholder count, the others belong to prompts.
         names = ("[AUDIO]", "[BEGIN_AUDIO]", "[TRANSCRIBE]", INST, END_INST, "<s>")
-        return TokenizerSpec(special=names, extra_special={n: n for n in names}, chat_template=None, pad="<pad>",
-                             eos="</s>", ids={"<s>": BOS, "</s>": EOS, "<pad>": PAD, "[AUDIO]": AUDIO,
-                                              "[BEGIN_AUDIO]": BEGIN_AUDIO, "[TRANSCRIBE]": TRANSCRIBE})
+        return TokenizerSpec(special=(), extra_special={n: n for n in names}, chat_template=None)
 
     def make_tokenizer(self, texts, size):
         """Voxtral's own Tekken BPE (byte-level: every text is writable, so `texts` are not needed)."""
