@@ -61,7 +61,7 @@ def _data_synth(args: argparse.Namespace) -> int:
 def _data_pairs(args: argparse.Namespace) -> int:
     from asr_rl.config import load_config
     from asr_rl.rewards.config import RewardConfig
-    from asr_rl.trainer.pairs import build_pairs
+    from asr_rl.trainer.recipes.pairs import build_pairs
 
     reward = load_config(RewardConfig, args.reward_config) if args.reward_config else None
     r = build_pairs(args.model, args.manifest, args.out, n=args.n, temperature=args.temperature,
@@ -95,22 +95,22 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.algo == "sft":
         from asr_rl.trainer.config import SFTConfig
-        from asr_rl.trainer.sft import train_sft
+        from asr_rl.trainer.recipes.sft import train_sft
 
-        from asr_rl.trainer.presets import load_with_checkpoint_presets
+        from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
 
         out = train_sft(load_with_checkpoint_presets(SFTConfig, "sft", args.config, args.overrides))
     elif args.algo in ("dpo", "kto"):
-        from asr_rl.trainer.dpo import DPOConfig, train_dpo
+        from asr_rl.trainer.recipes.dpo import DPOConfig, train_dpo
 
         presets = ["loss_type=kto"] if args.algo == "kto" else []
         out = train_dpo(load_config(DPOConfig, args.config, args.overrides, presets=presets))
     elif args.algo == "rm":
-        from asr_rl.trainer.rm import RMConfig, train_rm
+        from asr_rl.trainer.recipes.rm import RMConfig, train_rm
 
         out = train_rm(load_config(RMConfig, args.config, args.overrides))
     else:
-        from asr_rl.trainer.rl_entry import train_rl
+        from asr_rl.trainer.recipes.rl import train_rl
 
         out = train_rl(args.algo, args.config, args.overrides)
     print(f"final model: {out}")

@@ -74,8 +74,8 @@ def bench_trl(model: Path, prompts: Path, reward: Path, steps: int) -> list[floa
 
 
 def bench_asr_rl(model: Path, prompts: Path, reward: Path, steps: int, out: Path) -> list[float]:
-    from asr_rl.trainer.metrics import read_metrics
-    from asr_rl.trainer.rl_entry import train_rl
+    from asr_rl.trainer.run.metrics import read_metrics
+    from asr_rl.trainer.recipes.rl import train_rl
 
     train_rl("grpo", None, [f"pretrain={model}", f"prompt_data={prompts}", f"output_dir={out}",
                             "rollout_batch_size=8", "n_samples_per_prompt=4", "max_new_tokens=16",

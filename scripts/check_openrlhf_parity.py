@@ -23,10 +23,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr_rl.trainer.advantages import AdvantageInputs, compute_advantages  # noqa: E402
-from asr_rl.trainer.kl import kl_estimate, reward_kl_penalty  # noqa: E402
-from asr_rl.trainer.losses import compute_policy_loss, value_loss  # noqa: E402
-from asr_rl.trainer.rollout_correction import rollout_correction  # noqa: E402
+from asr_rl.algos.advantages import AdvantageInputs, compute_advantages  # noqa: E402
+from asr_rl.algos.kl import kl_estimate, reward_kl_penalty  # noqa: E402
+from asr_rl.algos.losses import compute_policy_loss, value_loss  # noqa: E402
+from asr_rl.algos.rollout_correction import rollout_correction  # noqa: E402
 
 TOL = 1e-5
 

@@ -70,7 +70,7 @@ def whisper_model(tiny_corpus, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def text_data(tmp_path_factory):
-    from tests.trainer.text_fixtures import write_text_data
+    from tests.trainer.recipes.text_fixtures import write_text_data
 
     return write_text_data(tmp_path_factory.mktemp("text"))
 

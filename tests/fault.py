@@ -20,10 +20,10 @@ def main(argv: list[str]) -> int:
     mode, step, sep, *cli = argv
     assert sep == "--" and mode in ("after-step", "mid-save"), __doc__
     target = int(step)
-    import asr_rl.trainer.checkpoint as ckpt
-    import asr_rl.trainer.loop as loop
-    import asr_rl.trainer.sft as sft
-    from asr_rl.trainer.metrics import MetricsLogger
+    import asr_rl.trainer.run.checkpoint as ckpt
+    import asr_rl.trainer.rl.loop as loop
+    import asr_rl.trainer.recipes.sft as sft
+    from asr_rl.trainer.run.metrics import MetricsLogger
 
     if mode == "after-step":
         log = MetricsLogger.log

@@ -157,7 +157,7 @@ def test_every_ranged_setting_refuses_a_value_outside_its_range_and_takes_its_de
     # the checks come from the fields' own declarations: every ranged leaf of every config is covered
     from asr_rl.config import _leaf_fields
     from asr_rl.trainer.config import RLConfig, SFTConfig
-    from asr_rl.trainer.rm import RMConfig
+    from asr_rl.trainer.recipes.rm import RMConfig
 
     checked = 0
     for cls in (RLConfig, SFTConfig, RMConfig):

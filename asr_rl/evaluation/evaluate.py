@@ -113,7 +113,7 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
 def resolve_dtype(model: str | Path, dtype: str) -> torch.dtype:
     """`auto`: the dtype a checkpoint was saved in (float32 unless its config says bfloat16)."""
     if dtype == "auto":
-        from asr_rl.models.policy_base import read_model_config
+        from asr_rl.models.weights import read_model_config
 
         saved = str(getattr(read_model_config(model), "dtype", None) or "float32").removeprefix("torch.")
         dtype = "bfloat16" if saved == "bfloat16" else "float32"

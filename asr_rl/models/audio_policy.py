@@ -23,7 +23,8 @@ from torch import nn
 from asr_rl.models.codec import ResponseCodec
 from asr_rl.models.encoder_cache import EncoderCache, encoder_fingerprint
 from asr_rl.models.families import AudioLLMSpec, AudioPrompts, spec_for
-from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses, read_model_config
+from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses
+from asr_rl.models.weights import read_model_config
 
 
 class AudioPolicy(CausalPolicy):

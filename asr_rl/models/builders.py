@@ -107,3 +107,16 @@ def _save_atomically(out: Path, model, processor, info: dict) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# The published fine-tuning rates a released checkpoint starts at (trainer/recipes/presets.py).
+RELEASED_CHECKPOINT = {
+    "sft": ["learning_rate=1e-5"],
+    "rl": ["optim.actor_learning_rate=1e-6", "optim.critic_learning_rate=9e-6"],
+}
+
+
+def is_released_checkpoint(pretrain: str | None) -> bool:
+    """A model folder that `asr-rl model init` did not build (it writes asr_rl.json, and training
+    carries that file into its checkpoints)."""
+    return bool(pretrain) and (Path(pretrain) / "config.json").is_file() and not (Path(pretrain) / INFO_FILE).is_file()

@@ -20,8 +20,8 @@ _PROMPT_SECONDS = 2.0  # the utterance whose prompt is shown
 def model_info(path: str | Path) -> dict:
     from asr_rl.models.builders import encoder_is_pretrained, read_info
     from asr_rl.models.families import SPECS
-    from asr_rl.models.policy_base import read_model_config
-    from asr_rl.trainer.presets import RELEASED_CHECKPOINT, is_released_checkpoint
+    from asr_rl.models.weights import read_model_config
+    from asr_rl.models.builders import RELEASED_CHECKPOINT, is_released_checkpoint
 
     config = read_model_config(path)
     spec = SPECS.get(config.model_type)

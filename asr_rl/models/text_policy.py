@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from asr_rl.models.codec import ResponseCodec
-from asr_rl.models.policy_base import CausalPolicy, PromptRow, load_strict, read_model_config
+from asr_rl.models.policy_base import CausalPolicy, PromptRow
+from asr_rl.models.weights import load_strict, read_model_config
 
 
 class TextPolicy(CausalPolicy):

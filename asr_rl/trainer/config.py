@@ -8,7 +8,7 @@ from typing import Literal
 from asr_rl.config import RunConfig
 from asr_rl.settings import setting
 from asr_rl.rewards.config import RewardConfig
-from asr_rl.trainer.augment import AugmentConfig
+from asr_rl.data.augment import AugmentConfig
 
 
 @dataclass(frozen=True)
@@ -211,10 +211,10 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         # checked against the registries at load time, before any model loads
-        from asr_rl.trainer.advantages import ADVANTAGE_ESTIMATORS
-        from asr_rl.trainer.losses import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
+        from asr_rl.algos.advantages import ADVANTAGE_ESTIMATORS
+        from asr_rl.algos.losses import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 
-        from asr_rl.trainer.rollout_correction import ROLLOUT_CORRECTIONS
+        from asr_rl.algos.rollout_correction import ROLLOUT_CORRECTIONS
 
         ADVANTAGE_ESTIMATORS.check(self.advantage_estimator)
         POLICY_LOSSES.check(self.policy_loss)
@@ -238,7 +238,7 @@ class AlgoConfig:
     @property
     def spec(self):
         """The advantage estimator's `AdvantageSpec` (what it needs: a critic, groups of n)."""
-        from asr_rl.trainer.advantages import advantage_spec
+        from asr_rl.algos.advantages import advantage_spec
 
         return advantage_spec(self.advantage_estimator)
 

@@ -4,10 +4,33 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
-from asr_rl.trainer.common import build_optimizer, build_scheduler
+
+
+def build_optimizer(params, lr: float, weight_decay: float, betas: tuple[float, ...]) -> torch.optim.Optimizer:
+    """AdamW with no weight decay on biases and norms (1-D tensors)."""
+    params = [p for p in params if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas))
+
+
+def build_scheduler(optimizer, max_steps: int, warmup_ratio: float, min_lr_ratio: float):
+    """Linear warmup, then cosine decay to `min_lr_ratio` of the peak (OpenRLHF's
+    `cosine_with_min_lr`)."""
+    warmup = int(math.ceil(warmup_ratio * max_steps))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 class LocalStrategy:

@@ -73,9 +73,9 @@ def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: 
     from asr_rl.config import load_config
     from asr_rl.evaluation.evaluate import run_eval
     from asr_rl.trainer.config import SFTConfig
-    from asr_rl.trainer.metrics import read_metrics
-    from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
-    from asr_rl.trainer.sft import train_sft
+    from asr_rl.trainer.run.metrics import read_metrics
+    from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
+    from asr_rl.trainer.recipes.sft import train_sft
 
     common = ["max_steps=2", "save_steps=1", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false"]
     sft = train_sft(load_config(SFTConfig, None, [

@@ -8,7 +8,7 @@ import torch
 from asr_rl.data.batching import BatchLoader
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.audio_policy import AudioPolicy
-from asr_rl.trainer.augment import AugmentConfig, VariantAugmenter
+from asr_rl.data.augment import AugmentConfig, VariantAugmenter
 
 
 def count_encoder_rows(policy) -> list[int]:

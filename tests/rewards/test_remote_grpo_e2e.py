@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from asr_rl.trainer.metrics import read_metrics
-from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
-from tests.trainer.test_grpo_e2e import _overrides
+from asr_rl.trainer.run.metrics import read_metrics
+from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
+from tests.trainer.rl.test_grpo_e2e import _overrides
 
 pytestmark = pytest.mark.slow
 

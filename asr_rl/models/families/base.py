@@ -83,7 +83,7 @@ class AudioLLMSpec:
 
     def load_model(self, path, dtype: torch.dtype) -> nn.Module:
         """The model of a checkpoint folder, every weight accounted for (`load_strict`)."""
-        from asr_rl.models.policy_base import load_strict
+        from asr_rl.models.weights import load_strict
 
         return load_strict(self.model_class(), path, dtype)
 

@@ -129,7 +129,7 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
     def load_model(self, path, dtype):
         """A thinker folder, or the thinker out of a whole released Qwen2.5-Omni (its talker and
         vocoder weights are left on disk); checkpoints we save hold the thinker alone."""
-        from asr_rl.models.policy_base import load_strict, read_model_config
+        from asr_rl.models.weights import load_strict, read_model_config
 
         config = read_model_config(path)
         if config.model_type != "qwen2_5_omni":

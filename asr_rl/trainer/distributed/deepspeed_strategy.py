@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from asr_rl.trainer.common import build_optimizer, build_scheduler
+from asr_rl.trainer.strategy import build_optimizer, build_scheduler
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int) -> None:

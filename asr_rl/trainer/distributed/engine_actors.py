@@ -28,7 +28,7 @@ class RolloutEngineActor:
         from asr_rl.utils import quiet_transformers
 
         quiet_transformers()
-        from asr_rl.trainer.common import load_rl_policy
+        from asr_rl.models.loading import load_rl_policy
 
         self.cfg, self.kind = cfg, kind
         self.policy = load_rl_policy(cfg, cfg.pretrain, "cpu", text)
@@ -37,7 +37,7 @@ class RolloutEngineActor:
 
             self.engine = VLLMRolloutEngine(self.policy, cfg)
         else:
-            from asr_rl.trainer.workers import HFRolloutEngine
+            from asr_rl.trainer.rl.workers import HFRolloutEngine
 
             self.engine = HFRolloutEngine(self.policy.eval())
 
@@ -50,7 +50,7 @@ class RolloutEngineActor:
     def receive_weights(self, host: str, port: int, rank: int, world_size: int) -> int:
         import torch
 
-        from asr_rl.trainer.distributed.vllm_engine import WeightSyncReceiver
+        from asr_rl.trainer.distributed.weight_sync import WeightSyncReceiver
 
         receiver = WeightSyncReceiver(host, port, rank, world_size)
         try:

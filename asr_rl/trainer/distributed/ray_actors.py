@@ -12,10 +12,10 @@ from pathlib import Path
 import ray
 import torch
 
-from asr_rl.trainer.actor import forward_logprobs, forward_values
-from asr_rl.trainer.common import build_critic, load_rl_policy
-from asr_rl.trainer.rank import train_critic
-from asr_rl.trainer.rollout import Experience
+from asr_rl.trainer.rl.actor import forward_logprobs, forward_values
+from asr_rl.models.loading import build_critic, load_rl_policy
+from asr_rl.trainer.rl.rank import train_critic
+from asr_rl.trainer.rl.rollout import Experience
 
 
 @ray.remote(num_cpus=1)
@@ -35,7 +35,7 @@ class TrainerRank:
         """Load the policy (+ colocated reference, + colocated critic) and wrap the trainable models
         in DeepSpeed."""
         from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy
-        from asr_rl.trainer.rank import PolicyRank
+        from asr_rl.trainer.rl.rank import PolicyRank
 
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
@@ -90,7 +90,7 @@ class TrainerRank:
         """Rank 0 broadcasts to the engines: `llm`, the LLM's weights with LoRA merged (vLLM), or
         `trainable`, every trainable tensor under its policy name (the HF engine); all ranks gather
         (ZeRO-3)."""
-        from asr_rl.trainer.distributed.vllm_engine import WeightSyncSender, llm_named_weights
+        from asr_rl.trainer.distributed.weight_sync import WeightSyncSender, llm_named_weights
 
         with self.actor.gathered(list(self.policy.model.parameters())):
             if self.rank != 0:
@@ -193,7 +193,7 @@ def _fault_hook(rank: int, step: int) -> None:
 
 
 def _strategy_kwargs(cfg, world_size: int) -> dict:
-    from asr_rl.trainer.workers import total_optimizer_steps
+    from asr_rl.trainer.rl.workers import total_optimizer_steps
 
     d, o = cfg.distributed, cfg.optim
     return dict(weight_decay=o.weight_decay, betas=o.adam_betas, max_norm=o.max_norm,

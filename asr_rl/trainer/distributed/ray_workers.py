@@ -20,7 +20,7 @@ import torch
 from asr_rl.trainer.distributed.actor_group import ActorGroup, check_resources, free_port
 from asr_rl.trainer.distributed.ray_actors import CriticRank, ReferenceRank, TrainerRank
 from asr_rl.trainer.distributed.ray_utils import init_ray
-from asr_rl.trainer.rollout import Experience
+from asr_rl.trainer.rl.rollout import Experience
 
 log = logging.getLogger("asr_rl.ray")
 

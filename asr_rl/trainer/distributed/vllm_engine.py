@@ -18,8 +18,6 @@ group (a standalone `ProcessGroupGloo` on a `TCPStore`, apart from DeepSpeed's d
 """
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import os
 import shutil
@@ -30,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from asr_rl.trainer.rollout import Sampled
+from asr_rl.trainer.distributed.weight_sync import is_tied, llm_named_weights, module_prefix
+from asr_rl.trainer.rl.rollout import Sampled
 
 log = logging.getLogger("asr_rl.vllm")
 
@@ -40,42 +39,6 @@ _FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 _DEFAULT_KV_CACHE_BYTES = 2 << 30  # CPU: `gpu_memory_utilization` would reserve a share of all RAM
 
 
-# ---------------------------------------------------------------------------------- export
-def _module_prefix(model: torch.nn.Module, module: torch.nn.Module) -> str:
-    for name, m in model.named_modules():
-        if m is module:
-            return name
-    raise ValueError("the language model is not a submodule of the policy model")
-
-
-def _is_tied(policy) -> bool:
-    head = policy.model.get_output_embeddings()
-    emb = policy.model.get_input_embeddings()
-    return head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
-
-
-def llm_named_weights(policy) -> list[tuple[str, torch.Tensor]]:
-    """The policy's causal-LLM weights under standalone `*ForCausalLM` names (`model.*`, plus
-    `lm_head.weight` when untied), LoRA adapters merged. Tensors are the live ones (no copy) except
-    merged LoRA weights; call under `GatheredParameters` with ZeRO-3."""
-    lm = policy.body()
-    deltas = {}
-    if any("lora_" in n for n, _ in lm.named_parameters()):
-        from peft.tuners.lora import LoraLayer
-
-        for name, m in lm.named_modules():
-            if isinstance(m, LoraLayer) and not m.merged:
-                deltas[f"{name}.base_layer.weight"] = sum(m.get_delta_weight(a) for a in m.active_adapters)
-    out = []
-    for name, t in lm.state_dict().items():
-        if "lora_" in name:
-            continue
-        if name in deltas:
-            t = t + deltas[name].to(t.dtype)
-        out.append(("model." + name.replace(".base_layer.", "."), t))
-    if not _is_tied(policy):
-        out.append(("lm_head.weight", policy.model.get_output_embeddings().weight))
-    return out
 
 
 def _causal_lm_config(policy):
@@ -87,7 +50,7 @@ def _causal_lm_config(policy):
         raise ValueError(f"no causal-LM class for the policy's text model type {config.model_type!r}")
     tok = policy.tokenizer
     config.architectures = [arch]
-    config.tie_word_embeddings = _is_tied(policy)
+    config.tie_word_embeddings = is_tied(policy)
     config.dtype = "float32"
     config.eos_token_id, config.pad_token_id = tok.eos_token_id, tok.pad_token_id
     config.bos_token_id = tok.bos_token_id
@@ -136,9 +99,9 @@ class VLLMRolloutEngine:
             weakref.finalize(self, shutil.rmtree, workdir, True)
         self.workdir = Path(workdir)
         self.model_dir = export_llm(policy, self.workdir / "llm")
-        self._lm_prefix = _module_prefix(policy.model, policy.body()) + "."
+        self._lm_prefix = module_prefix(policy.model, policy.body()) + "."
         self._expected = {n for n, _ in llm_named_weights(policy)}
-        self._tied = _is_tied(policy)
+        self._tied = is_tied(policy)
         self.dtype = getattr(torch, dtype)
         self.max_model_len = max_model_len or 1024 + cfg.rollout.max_new_tokens
         kwargs = dict(model=str(self.model_dir), dtype=dtype, enable_prompt_embeds=True,
@@ -309,63 +272,3 @@ def _check_fused_complete(names: set[str]) -> None:
                                          f"so a layer's group must be reloaded together")
 
 
-# ---------------------------------------------------------------------------------- weight sync
-class _GlooGroup:
-    """A standalone gloo group on its own TCPStore (rank 0 hosts the store); all ranks must
-    construct it concurrently (the constructor is a rendezvous)."""
-
-    def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0):
-        from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
-
-        timeout = datetime.timedelta(seconds=timeout_s)
-        self.rank, self.world_size = rank, world_size
-        self.store = TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
-        self.pg = ProcessGroupGloo(PrefixStore("asr_rl_weight_sync", self.store), rank, world_size, timeout)
-
-    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
-        self.pg.broadcast(tensor, 0).wait()
-        return tensor
-
-    def broadcast_object(self, obj=None):
-        if self.rank == 0:
-            payload = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
-            self.broadcast(torch.tensor([payload.numel()], dtype=torch.int64))
-            self.broadcast(payload)
-            return obj
-        size = self.broadcast(torch.zeros(1, dtype=torch.int64))
-        payload = self.broadcast(torch.empty(int(size), dtype=torch.uint8))
-        return json.loads(bytes(payload.tolist()).decode())
-
-    def close(self) -> None:
-        self.pg = None
-        self.store = None
-
-
-class WeightSyncSender(_GlooGroup):
-    """Trainer rank 0's end: `send` broadcasts names, shapes and dtypes, then each tensor."""
-
-    def __init__(self, host: str, port: int, world_size: int, timeout_s: float = 600.0):
-        super().__init__(host, port, 0, world_size, timeout_s)
-
-    @torch.no_grad()
-    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
-        tensors = [(n, t.detach().to("cpu").contiguous()) for n, t in named_tensors]
-        self.broadcast_object([[n, list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in tensors])
-        for _, t in tensors:
-            self.broadcast(t)
-        return len(tensors)
-
-
-class WeightSyncReceiver(_GlooGroup):
-    """An engine's end (ranks 1..world_size-1): `receive` returns the tensors of one `send`."""
-
-    def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0):
-        if rank < 1:
-            raise ValueError(f"receiver ranks start at 1 (rank 0 sends), got {rank}")
-        super().__init__(host, port, rank, world_size, timeout_s)
-
-    @torch.no_grad()
-    def receive(self) -> list[tuple[str, torch.Tensor]]:
-        header = self.broadcast_object()
-        return [(name, self.broadcast(torch.empty(shape, dtype=getattr(torch, dtype))))
-                for name, shape, dtype in header]

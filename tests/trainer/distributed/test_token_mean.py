@@ -23,10 +23,10 @@ def _rank(rank: int, port: int, out: str) -> None:
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
-    from asr_rl.trainer.actor import _epochs
+    from asr_rl.trainer.rl.actor import _epochs
     from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy, init_distributed
-    from asr_rl.trainer.losses import LossOutput, aggregate_loss
-    from asr_rl.trainer.rollout import Group, build_experience
+    from asr_rl.algos.losses import LossOutput, aggregate_loss
+    from asr_rl.trainer.rl.rollout import Group, build_experience
 
     init_distributed(rank, 2, "127.0.0.1", port)
     module = torch.nn.Linear(1, 1, bias=False)

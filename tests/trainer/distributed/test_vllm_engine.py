@@ -16,8 +16,8 @@ from asr_rl.data.batching import load_batch  # noqa: E402
 from asr_rl.data.manifest import read_manifest  # noqa: E402
 from asr_rl.models.audio_policy import AudioPolicy  # noqa: E402
 from asr_rl.trainer.config import RLConfig, RolloutConfig  # noqa: E402
-from asr_rl.trainer.distributed.vllm_engine import (  # noqa: E402
-    VLLMRolloutEngine, WeightSyncReceiver, WeightSyncSender, export_llm, llm_named_weights)
+from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine, export_llm
+from asr_rl.trainer.distributed.weight_sync import WeightSyncReceiver, WeightSyncSender, llm_named_weights
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -200,9 +200,9 @@ def test_lora_weights_are_merged_for_the_engine(policy):
 
 
 def test_grpo_steps_with_the_vllm_engine(tiny_model, tiny_corpus, tmp_path, monkeypatch):
-    from asr_rl.trainer.metrics import read_metrics
-    from asr_rl.trainer.rl_entry import load_rl_config, run_audio_rl
-    from tests.trainer.test_grpo_e2e import _overrides
+    from asr_rl.trainer.run.metrics import read_metrics
+    from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
+    from tests.trainer.rl.test_grpo_e2e import _overrides
 
     reloaded = []
     load = VLLMRolloutEngine.load_weights

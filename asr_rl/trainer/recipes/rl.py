@@ -1,0 +1,116 @@
+"""`asr-rl train grpo|ppo`: build the pieces from a config and run the loop.
+
+setup -> data -> policy (+ reference, critic) -> reward -> workers (local or Ray) -> loop.fit.
+`grpo` defaults to the group-normalised estimator with the KL in the loss; `ppo` to GAE with a
+critic and the KL as a reward penalty (OpenRLHF's defaults for each).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from asr_rl.trainer.config import RLConfig
+from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
+
+log = logging.getLogger("asr_rl.train")
+
+# Algorithm presets applied before the file and overrides (which win).
+PRESETS = {
+    "grpo": [],
+    "ppo": ["algo.advantage_estimator=gae", "algo.use_kl_loss=false", "rollout.n_samples_per_prompt=1",
+            "rollout.dynamic_filtering=false"],
+}
+
+
+def load_rl_config(algo: str, config: str | None, overrides: list[str]) -> RLConfig:
+    if algo not in PRESETS:
+        raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(PRESETS)}")
+    cfg = load_with_checkpoint_presets(RLConfig, "rl", config, overrides, PRESETS[algo])
+    if cfg.algo.spec.needs_critic and algo != "ppo":
+        raise ValueError(f"advantage_estimator={cfg.algo.advantage_estimator} needs a critic: use `asr-rl train ppo`")
+    return cfg
+
+
+def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
+    cfg = load_rl_config(algo, config, overrides)
+    if cfg.prompt_data and not cfg.train_manifest:
+        from asr_rl.trainer.recipes.text_rl import train_text_rl  # the text RLHF path
+
+        return train_text_rl(algo, cfg)
+    return run_audio_rl(cfg, algo)
+
+
+def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
+    from asr_rl.data.batching import BatchLoader
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.models.codec import ResponseCodec
+    from asr_rl.models.tokenizer import require_writable
+    from asr_rl.data.augment import VariantAugmenter
+    from asr_rl.trainer.run.setup import setup_run
+
+    ctx = setup_run(cfg)
+    if not cfg.train_manifest:
+        raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
+    utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
+    # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
+    require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
+    loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                         sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed))
+    workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
+    workers.report_memory(max(utts, key=lambda u: u.duration or 0.0), ctx.device)  # before the first step
+    eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
+    return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+
+
+def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Path:
+    """Resume if asked, fit, save the final model; the workers are shut down whatever happens."""
+    from asr_rl.trainer.run.setup import make_logger
+    from asr_rl.trainer.rl.loop import RLTrainer
+
+    try:
+        trainer = RLTrainer(cfg, workers, reward_fn, loader, None, ctx.output_dir, eval_fn)
+        if ctx.resume_from is not None:
+            trainer.restore(ctx.resume_from)
+        trainer.logger = make_logger(cfg, ctx, resume_step=trainer.step_no)
+        trainer.fit()
+        return trainer.save_final()
+    finally:
+        workers.shutdown()
+        getattr(reward_fn, "shutdown", lambda: None)()
+
+
+def make_reward(cfg: RLConfig, device: str = "cpu"):
+    """A reward model, remote servers, a user file or the built-in terms; in Ray reward actors
+    when asked."""
+    from asr_rl.rewards.combine import build_reward
+
+    if cfg.reward_pretrain:
+        from asr_rl.models.reward_model import RewardModelReward
+
+        return RewardModelReward(cfg.reward_pretrain, device)
+    if cfg.backend == "ray" and cfg.reward.num_workers > 0 and not cfg.reward.remote_url:
+        from asr_rl.trainer.distributed.reward_workers import RayRewardPool
+
+        return RayRewardPool(cfg.reward, cfg.reward.num_workers)
+    return build_reward(cfg.reward)
+
+
+def build_workers(cfg: RLConfig, ctx, algo: str):
+    if cfg.backend == "ray":
+        from asr_rl.trainer.distributed.ray_workers import RayWorkers
+
+        return RayWorkers(cfg, ctx, algo)
+    from asr_rl.models.loading import build_critic, load_rl_policy
+    from asr_rl.trainer.rl.workers import LocalWorkers
+
+    policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=False)
+    critic = build_critic(cfg, ctx.device, False, policy) if cfg.algo.spec.needs_critic else None
+    engine = None
+    if cfg.rollout.engine == "vllm":
+        from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
+
+        engine = VLLMRolloutEngine(policy, cfg)
+    return LocalWorkers(cfg, policy, critic, engine)
+
+
+__all__ = ["train_rl", "run_audio_rl", "load_rl_config", "build_workers"]

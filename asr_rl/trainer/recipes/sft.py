@@ -1,0 +1,198 @@
+"""`asr-rl train sft`: supervised fine-tuning of the audio policy on a manifest.
+
+Loss: cross-entropy on the assistant turn's tokens only (language tag, transcript, EOS). A
+pretrained encoder stays frozen (the default for such a checkpoint): its states are computed once
+per utterance and augmentation variant and reused every epoch (`AudioPolicy.encode_batch`), and
+only the projector and the LLM train. An encoder that trains (a from-scratch model) also gets
+`ctc_weight` x CTC on its output (trainer/ctc.py) and SpecAugment on its features. One process here;
+the distributed backend plugs into the same `sft_loss`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from asr_rl.data.batching import AudioBatch, BatchLoader
+from asr_rl.data.manifest import read_manifest
+from asr_rl.models.codec import ResponseCodec
+from asr_rl.models.tokenizer import require_writable
+from asr_rl.data.augment import VariantAugmenter, mask_states, spec_augment
+from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
+                                      save_checkpoint, save_final, set_rng_state)
+from asr_rl.trainer.strategy import build_optimizer, build_scheduler
+from asr_rl.models.loading import load_policy
+from asr_rl.trainer.run.setup import make_logger, setup_run
+from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.run.memory import peak_memory_gib
+from asr_rl.models.ctc import CTCHead
+
+log = logging.getLogger("asr_rl.sft")
+
+
+def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig,
+             rng: np.random.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy (+ CTC) of one micro-batch; SpecAugment and token dropout only when `rng` is
+    given (waveform augmentation comes with the batch's variants)."""
+    if policy.encoder_frozen:  # cached encoder states; the projector runs with grad in embed_rows
+        rows = policy.encode_batch(batch)
+        if rng is not None:
+            masked = mask_states([r.audio for r in rows], cfg.augment, rng)
+            rows = [dataclasses.replace(r, audio=a) for r, a in zip(rows, masked)]
+        embeds, prompt_mask = policy.embed_rows(rows)
+    else:
+        prompts = policy.prepare(list(batch.waveforms), batch.languages)
+        if rng is not None:
+            prompts.features = spec_augment(prompts.features, prompts.feature_mask, cfg.augment, rng)
+        states = policy.encode_audio(prompts)
+        embeds, prompt_mask = policy.prompt_embeds(prompts, states), prompts.attention_mask
+    targets = policy.target_ids(batch.texts, batch.languages)
+    inputs = _drop_tokens(policy, targets, cfg.token_dropout, rng) if rng is not None else targets
+    logits = policy.response_logits(embeds, prompt_mask, inputs)
+    mask = targets.mask.bool()
+    ce = F.cross_entropy(logits[mask], targets.ids[mask])
+    metrics = {"loss/ce": ce.item(), "tokens": int(mask.sum())}
+    loss = ce
+    if ctc_head is not None:
+        lengths = policy.audio_positions(prompts.input_ids).sum(-1)
+        labels = [policy.tokenizer(t, add_special_tokens=False)["input_ids"] for t in batch.texts]
+        ctc = ctc_head(states, lengths, labels)
+        loss = loss + ctc_head.loss_weight * ctc
+        metrics["loss/ctc"] = ctc.item()
+    metrics["loss/total"] = loss.item()
+    return loss, metrics
+
+
+def _drop_tokens(policy, targets, p: float, rng: np.random.Generator):
+    """Teacher-forcing inputs with a share `p` of tokens replaced by random ones (labels unchanged).
+
+    A tiny decoder first learns the text's grammar and ignores the audio; corrupting its history
+    weakens that shortcut so the audio becomes the reliable evidence (word dropout, Bowman et al.
+    2016, arXiv:1511.06349, used the same way in attention-based ASR).
+    """
+    if p <= 0:
+        return targets
+    allowed = np.setdiff1d(np.arange(len(policy.tokenizer)), policy.forbidden_ids + [policy.eos_id])
+    drop = torch.as_tensor(rng.random(targets.ids.shape) < p, device=targets.ids.device) & targets.mask.bool()
+    noise = torch.as_tensor(rng.choice(allowed, size=targets.ids.shape), device=targets.ids.device)
+    return type(targets)(torch.where(drop, noise, targets.ids), targets.mask, targets.texts)
+
+
+def train_sft(cfg: SFTConfig):
+    """Run SFT to `max_steps` (or `max_minutes`), checkpointing and evaluating as configured."""
+    ctx = setup_run(cfg)
+    utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
+                         max_duration=cfg.data.max_duration)
+    require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
+    policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
+    ctc_head = _make_ctc_head(policy, cfg, ctx.device, [u.text for u in utts])
+    params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
+    optimizer = build_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas)
+    scheduler = build_scheduler(optimizer, cfg.max_steps, cfg.lr_warmup_ratio, cfg.min_lr_ratio)
+    # cached variants for a frozen encoder; an encoder that trains hears a fresh variant every epoch
+    augment = cfg.augment if policy.encoder_frozen else dataclasses.replace(cfg.augment, variants=0)
+    loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                         sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
+                         augmenter=VariantAugmenter(augment, cfg.seed))
+    step = 0
+    if ctx.resume_from is not None:
+        step = _restore(ctx.resume_from, policy, ctc_head, optimizer, scheduler, loader)
+    logger = make_logger(cfg, ctx, resume_step=step)
+    accum = cfg.train_batch_size // cfg.micro_train_batch_size
+    start, bar = time.perf_counter(), tqdm(total=cfg.max_steps, initial=step, desc="sft", disable=not cfg.logging.progress_bar)
+    while step < cfg.max_steps:
+        policy.train()
+        t0, metrics = time.perf_counter(), {}
+        for micro in range(accum):
+            rng = np.random.default_rng([cfg.seed, step, micro])
+            loss, m = sft_loss(policy, ctc_head, loader.next_batch(), cfg, rng)
+            (loss / accum).backward()
+            metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        if policy.encoder_frozen:  # what the cache holds, and what filling it has cost so far
+            metrics.update({"encoder/cached": len(policy.encoder_cache), "time/encoder_total": policy.encoder_seconds})
+        metrics.update({"grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0], "epoch": loader.epoch,
+                        "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60,
+                        "memory/peak_gib": peak_memory_gib()})
+        out_of_time = cfg.max_minutes > 0 and metrics["time/elapsed_min"] >= cfg.max_minutes
+        last = step >= cfg.max_steps or out_of_time
+        if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):  # saved before evaluating
+            _save(ctx.output_dir, step, policy, ctc_head, optimizer, scheduler, loader, cfg.max_ckpt_num)
+        if cfg.eval_manifest and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
+            metrics.update(evaluate_during_training(policy, cfg.eval_manifest, cfg.eval))
+        logger.log(step, metrics)
+        bar.update(1)
+        bar.set_postfix(loss=f"{metrics['loss/total']:.3f}")
+        if out_of_time:
+            log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
+            break
+    bar.close()
+    logger.close()
+    if policy.encoder_frozen and cfg.model.encoder_cache:
+        policy.save_encoder_cache(cfg.model.encoder_cache)
+    return save_final(ctx.output_dir, policy.save_pretrained)
+
+
+def evaluate_during_training(policy, manifest: str, eval_cfg) -> dict[str, float]:
+    from asr_rl.evaluation.evaluate import evaluate_manifest
+
+    was_training = policy.training
+    m, _ = evaluate_manifest(policy, manifest, batch_size=eval_cfg.eval_batch_size, num_beams=eval_cfg.num_beams,
+                             max_new_tokens=eval_cfg.eval_max_new_tokens, max_utterances=eval_cfg.eval_max_samples or None)
+    policy.train(was_training)
+    out = {"eval/cer": m.cer}
+    if m.wer is not None:
+        out["eval/wer"] = m.wer
+    if m.keyword_recall is not None:
+        out["eval/keyword_recall"] = m.keyword_recall
+    if m.language_accuracy is not None:
+        out["eval/language_accuracy"] = m.language_accuracy
+    return out
+
+
+def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead | None:
+    """CTC trains the encoder: on by default (`ctc_weight` 0.5) only when the encoder trains."""
+    weight = cfg.ctc_weight if cfg.ctc_weight is not None else (0.0 if policy.encoder_frozen else 0.5)
+    if weight <= 0:
+        return None
+    if policy.encoder_frozen:
+        raise ValueError(f"ctc_weight={weight} trains the audio encoder, which is frozen here (a pretrained "
+                         "encoder is by default); set ctc_weight=0, or model.freeze_encoder=false to train it")
+    d_audio = policy.spec.encoder_width(policy.model.config)
+    labels = {t for text in texts for t in policy.tokenizer(text, add_special_tokens=False)["input_ids"]}
+    return CTCHead(d_audio, labels, labels_per_frame=cfg.ctc_labels_per_frame,
+                   loss_weight=weight).to(device)
+
+
+def _save(out, step, policy, ctc_head, optimizer, scheduler, loader, max_ckpt_num) -> None:
+    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "data": loader.state_dict(), "rng": rng_state(), "policy": policy_resume_weights(policy),
+             "ctc_head": ctc_head.state_dict() if ctc_head is not None else None}
+    save_checkpoint(out, step, policy.save_pretrained, state, max_ckpt_num=max_ckpt_num)
+
+
+def _restore(ckpt, policy, ctc_head, optimizer, scheduler, loader) -> int:
+    state = load_state(ckpt)
+    restore_policy_weights(policy, ckpt, state.get("policy"))
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    loader.load_state_dict(state["data"])
+    if ctc_head is not None and state.get("ctc_head") is not None:
+        ctc_head.load_state_dict(state["ctc_head"])
+    set_rng_state(state["rng"])
+    return int(state["step"])
+
+
+def _required(value, name: str):
+    if not value:
+        raise ValueError(f"`{name}` is not set; pass {name}=PATH")
+    return value

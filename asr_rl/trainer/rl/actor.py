@@ -1,0 +1,173 @@
+"""The policy and critic updates of one rank: PPO epochs over micro-batches of an `Experience`.
+
+Backend-independent: a `strategy` (plain torch or DeepSpeed) applies the gradients, and the math
+comes from the `losses` registry. The Ray backend calls these same functions inside its actors.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from asr_rl.models.audio_policy import Responses
+from asr_rl.trainer.config import AlgoConfig
+from asr_rl.algos.losses import (LossOutput, compute_policy_loss, entropy_loss, kl_loss, masked_mean,
+                                   value_loss)
+from asr_rl.trainer.rl.rollout import Experience, MicroBatch
+from asr_rl.algos.rollout_correction import mismatch_metrics, rollout_correction
+
+
+class TrainingDiverged(FloatingPointError):
+    """A NaN/inf loss: the run stops before the update, keeping its last checkpoint."""
+
+
+def micro_logprobs(policy, mb: MicroBatch, temperature: float, with_entropy: bool = False, prompts=None):
+    """Log-probs `(m, T)` (and entropy) of the micro-batch's responses under `policy`; `prompts` is
+    `policy.embed_rows(mb.prompt_rows)` when the caller already has it."""
+    embeds, mask = prompts if prompts is not None else policy.embed_rows(mb.prompt_rows)
+    responses = Responses(mb.response_ids.to(embeds.device), mb.response_mask.to(embeds.device), [])
+    return policy.logprobs(embeds[mb.prompt_index], mask[mb.prompt_index], responses, temperature=temperature,
+                           with_entropy=with_entropy)
+
+
+@torch.no_grad()
+def forward_logprobs(policy, exp: Experience, micro_size: int, temperature: float) -> torch.Tensor:
+    """Log-probs `(N, T)` of all responses, without grad (old policy or reference)."""
+    out = [micro_logprobs(policy, exp.select(list(range(s, min(s + micro_size, len(exp))))), temperature)
+           for s in range(0, len(exp), micro_size)]
+    return torch.cat([o.cpu() for o in out], dim=0)
+
+
+@torch.no_grad()
+def forward_values(critic, exp: Experience, micro_size: int) -> torch.Tensor:
+    out = []
+    for s in range(0, len(exp), micro_size):
+        mb = exp.select(list(range(s, min(s + micro_size, len(exp)))))
+        out.append(critic.values(mb.prompt_rows, mb.prompt_index, Responses(mb.response_ids, mb.response_mask, [])).cpu())
+    return torch.cat(out, dim=0)
+
+
+def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_coef: float) -> LossOutput:
+    """Policy loss (+ KL loss - entropy bonus) of one micro-batch."""
+    prompts = policy.embed_rows(mb.prompt_rows)  # shared by the policy loss and the CE term
+    logp, entropy = micro_logprobs(policy, mb, temperature, with_entropy=True, prompts=prompts)
+    mask = mb.response_mask.to(logp.device)
+    # On-policy shortcut: with one update per rollout the old policy is the current one.
+    old = mb.old_logp.to(logp.device) if mb.old_logp is not None else logp.detach()
+    low, high = algo.eps_clip_low_high or (algo.eps_clip, algo.eps_clip)
+    weights, rollout_logp, corr_metrics = _rollout_correction(mb, old, mask, algo)
+    out = compute_policy_loss(algo.policy_loss, logp, old, mb.advantages.to(logp.device), mask,
+                              eps_clip_low=low, eps_clip_high=high, dual_clip=algo.dual_clip,
+                              loss_agg_mode=algo.loss_agg_mode, rollout_weights=weights, rollout_logp=rollout_logp)
+    loss, metrics = out.loss, {**out.metrics, **corr_metrics}
+    if algo.use_kl_loss and mb.ref_logp is not None:
+        # measured even at coefficient 0: the adaptive controller and the logs read it
+        kl = kl_loss(logp, mb.ref_logp.to(logp.device), mask, algo.kl_estimator, algo.loss_agg_mode, algo.kl_clamp)
+        if kl_coef > 0:
+            loss = loss + kl_coef * kl.loss
+        metrics.update(kl.metrics)
+    ent = entropy_loss(entropy, mask, algo.loss_agg_mode)
+    if algo.entropy_coef:
+        loss = loss - algo.entropy_coef * ent
+    metrics["policy/entropy"] = float(ent.detach())
+    aux = None
+    if algo.sft_coef > 0:  # a mean over reference tokens, not over response tokens: kept apart
+        ce = reference_ce(policy, mb, prompts)
+        aux = algo.sft_coef * ce
+        metrics["actor/sft_ce"] = float(ce.detach())
+    return LossOutput(loss, metrics, aux)
+
+
+def _rollout_correction(mb: MicroBatch, old: torch.Tensor, mask: torch.Tensor, algo: AlgoConfig):
+    """(weights, engine log-probs, metrics) of the rollout/trainer mismatch correction: the
+    mismatch is logged whenever the engine's log-probs are known; weights only with a correction on."""
+    if mb.rollout_logp is None:
+        if algo.rollout_correction:
+            raise ValueError(f"algo.rollout_correction={algo.rollout_correction} needs the rollout engine's "
+                             "log-probs, and this experience has none")
+        return None, None, {}
+    rollout_logp = mb.rollout_logp.to(old.device)
+    metrics = mismatch_metrics(old, rollout_logp, mask)
+    if not algo.rollout_correction:
+        return None, None, metrics
+    corr = rollout_correction(algo.rollout_correction, old, rollout_logp, mask, algo.rollout_correction_threshold)
+    return corr.weights, rollout_logp, {**metrics, **corr.metrics}
+
+
+def reference_ce(policy, mb: MicroBatch, prompts=None) -> torch.Tensor:
+    """Token-mean cross-entropy of the reference transcripts of the micro-batch's utterances (one per
+    prompt row, whatever the number of its samples in the micro-batch), teacher-forced."""
+    embeds, mask = prompts if prompts is not None else policy.embed_rows(mb.prompt_rows)
+    targets = policy.target_ids([u.text for u in mb.items], [u.language for u in mb.items])
+    targets = Responses(targets.ids.to(embeds.device), targets.mask.to(embeds.device), [])
+    logits = policy.response_logits(embeds, mask, targets)
+    keep = targets.mask.bool()
+    return F.cross_entropy(logits[keep], targets.ids[keep])
+
+
+def ppo_update(policy, strategy, exp: Experience, algo: AlgoConfig, micro_size: int, train_size: int,
+               temperature: float, kl_coef: float, seed: int) -> dict[str, float]:
+    """`max_epochs` passes over `exp` in shuffled minibatches of `train_size` sequences, each an
+    optimiser step accumulated over micro-batches of `micro_size`."""
+    return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy,
+                   lambda mb: actor_loss(policy, mb, algo, temperature, kl_coef), prefix="actor",
+                   loss_agg_mode=algo.loss_agg_mode)
+
+
+def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_size: int, train_size: int,
+                  seed: int) -> dict[str, float]:
+    def loss_fn(mb: MicroBatch) -> LossOutput:
+        values = critic.values(mb.prompt_rows, mb.prompt_index, Responses(mb.response_ids, mb.response_mask, []))
+        return value_loss(values, mb.values, mb.returns, mb.response_mask, value_clip=algo.value_clip,
+                          loss_agg_mode=algo.loss_agg_mode)
+    return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy, loss_fn, prefix="critic",
+                   loss_agg_mode=algo.loss_agg_mode)
+
+
+def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed: int, strategy, loss_fn,
+            prefix: str, loss_agg_mode: str = "token-mean") -> dict[str, float]:
+    sums: dict[str, float] = {}
+    n_micro_total, grad_norms = 0, []
+    for epoch in range(epochs):
+        order = np.random.default_rng([seed, epoch]).permutation(len(exp)) if epochs > 1 else np.arange(len(exp))
+        for start in range(0, len(exp), train_size):
+            mini = order[start:start + train_size].tolist()
+            micros = [mini[k:k + micro_size] for k in range(0, len(mini), micro_size)]
+            weights = micro_weights(exp, micros, loss_agg_mode, strategy)
+            for k, (idx, weight) in enumerate(zip(micros, weights)):
+                out = loss_fn(exp.select(idx))
+                if not torch.isfinite(out.loss) or (out.aux is not None and not torch.isfinite(out.aux)):
+                    # stop before the bad gradient reaches the weights: the last checkpoint stays good
+                    raise TrainingDiverged(f"{prefix} loss is {float(out.loss)} ({out.metrics}); stopping. The last "
+                                           "checkpoint is intact: lower the learning rate or check the rewards")
+                total = out.loss * weight + (out.aux / len(micros) if out.aux is not None else 0.0)
+                strategy.backward(total, last=k == len(micros) - 1)
+                for name, v in {f"{prefix}/loss": float(out.loss.detach()), **out.metrics}.items():
+                    sums[name] = sums.get(name, 0.0) + float(v)
+                n_micro_total += 1
+            grad_norms.append(strategy.step())
+    metrics = {k: v / max(n_micro_total, 1) for k, v in sums.items()}
+    metrics.update({f"{prefix}/grad_norm": float(np.mean(grad_norms)), f"{prefix}/lr": strategy.lr,
+                    f"{prefix}/optimizer_steps": len(grad_norms)})
+    return metrics
+
+
+def micro_weights(exp: Experience, micros: list[list[int]], loss_agg_mode: str, strategy) -> list[float]:
+    """What each micro-batch's aggregated loss is multiplied by, so that the optimiser step's
+    gradient is the minibatch's loss (OpenRLHF, verl `loss_agg_mode`).
+
+    "token-mean" is over every token of the minibatch on every data-parallel rank: micro-batch i
+    with t_i tokens weighs t_i / (T / W), T the tokens of all W ranks (DeepSpeed then averages the
+    ranks' gradients, dividing by W). Averaging each micro-batch's own token mean instead would weigh
+    the tokens of short responses more. The seq-mean modes are means over sequences, equal-sized
+    micro-batches: 1 / (number of micro-batches).
+    """
+    if loss_agg_mode != "token-mean":
+        return [1.0 / len(micros)] * len(micros)
+    tokens = [float(exp.response_mask[idx].sum()) for idx in micros]
+    per_rank = strategy.mean_over_ranks(sum(tokens))
+    return [t / per_rank if per_rank > 0 else 0.0 for t in tokens]
+
+
+__all__ = ["TrainingDiverged", "micro_weights", "micro_logprobs", "reference_ce", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",
+           "masked_mean"]

@@ -1,0 +1,215 @@
+"""The RL loop: rollout -> score -> advantages -> loss -> update -> weight sync, one step at a time.
+
+The same `RLTrainer` drives the local backend (one process) and the Ray backend: it only calls the
+workers' `encode / sample / annotate / train / sync_weights` methods (the `Workers` interface,
+trainer/rank.py).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+import torch
+from tqdm import tqdm
+
+from asr_rl.models.sampling import sequence_seed
+from asr_rl.rewards.base import check_output
+from asr_rl.algos.advantages import AdvantageInputs, compute_advantages
+from asr_rl.trainer.run.checkpoint import load_state, rng_state, save_checkpoint, save_final, set_rng_state
+from asr_rl.trainer.config import RLConfig
+from asr_rl.algos.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
+from asr_rl.algos.masked import masked_mean
+from asr_rl.trainer.run.metrics import timer
+from asr_rl.trainer.rl.rank import Workers
+from asr_rl.algos.reward_shaping import normalize_then_sum
+from asr_rl.trainer.rl.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
+                                    merge_reward_outputs)
+
+log = logging.getLogger("asr_rl.train")
+
+
+class RLTrainer:
+    def __init__(self, cfg: RLConfig, workers: Workers, reward_fn, loader, logger, output_dir, eval_fn=None):
+        self.cfg, self.workers, self.reward_fn, self.loader = cfg, workers, reward_fn, loader
+        self.logger, self.output_dir, self.eval_fn = logger, output_dir, eval_fn
+        a = cfg.algo
+        self.kl_ctl = (AdaptiveKLController(a.init_kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
+                       else FixedKLController(a.init_kl_coef))
+        self.step_no = 0
+        # asynchronous rollouts: (batch, rows, handle) of steps to come, submitted to the engines,
+        # and the data position before the first of them (what a checkpoint records)
+        self._pending: deque = deque()
+        self._data_before_pending = None
+
+    # ------------------------------------------------------------------ one RL step
+    def step(self) -> dict[str, float]:
+        """rollout -> score -> advantages -> loss -> update -> sync (the five stages, timed)."""
+        t: dict[str, float] = {}
+        # 1-2. rollout and score: n responses per prompt, refilling groups whose rewards tie
+        with timer(t, "rollout"):
+            groups, stats = self.collect_groups(t)
+        self.prefetch()  # asynchronous: the engines generate what comes next while this step trains
+        exp = build_experience(groups, self.cfg.rollout.n_samples_per_prompt, self.workers.pad_id)
+        # 3. log-probs of the old policy / reference, critic values; then advantages
+        with timer(t, "logprobs"):
+            self.workers.annotate(exp, need_old_logp=self._needs_old_logp(len(exp)))
+        with timer(t, "advantages"):
+            adv_metrics = self.compute_advantages(exp)
+        # 4. loss and update
+        with timer(t, "train"):
+            train_metrics = self.workers.train(exp, self.step_no + 1, self.kl_ctl.value)
+        # 5. the rollout engine gets the new weights
+        self.step_no += 1
+        with timer(t, "sync"):
+            self.workers.sync_weights(self.step_no)
+        # the adaptive coefficient follows the KL measured this step: the reward penalty's, or the
+        # loss term's (OpenRLHF feeds the actor's KL loss); with no reference there is nothing to follow
+        measured = adv_metrics.get("kl/mean", train_metrics.get("kl/loss"))
+        if measured is not None:
+            self.kl_ctl.update(measured, len(exp))
+        reward_log = merge_reward_outputs(groups).log()
+        return {**stats, **reward_log, **adv_metrics, **train_metrics, **_response_stats(exp),
+                "kl/coef": self.kl_ctl.value, **t}
+
+    def collect_groups(self, timings: dict[str, float]) -> tuple[list[Group], dict[str, float]]:
+        """`rollout_batch_size` groups, dropping reward ties when dynamic filtering is on."""
+        want = self.cfg.rollout.rollout_batch_size
+        kept: list[Group] = []
+        seen = dropped = rounds = 0
+        logs: dict[str, float] = {}
+        lags = []
+        while len(kept) < want and rounds <= self.cfg.rollout.max_filter_rounds:
+            batch, rows, handle = (self._pending.popleft() if rounds == 0 and self._pending
+                                   else self.submit(self.step_no, rounds))
+            samples, version = self.workers.collect(handle)
+            lags.append(self.step_no - version)
+            groups = [Group(item, row, s.ids, [self.workers.decode(x) for x in s.ids], rollout_logps=s.logps,
+                            policy_version=version) for item, row, s in zip(batch.items, rows, samples)]
+            with timer(timings, "reward"):
+                for key, value in self.score(groups).items():  # averaged over the refill rounds
+                    logs[key] = logs.get(key, 0.0) + value
+            seen += len(groups)
+            informative = [g for g in groups if g.informative] if self.cfg.dynamic_filtering else groups
+            dropped += len(groups) - len(informative)
+            kept += informative
+            rounds += 1
+        # Data-parallel ranks take whole groups in equal shares: keep a multiple of the rank count
+        # (of every actor group's, when the reference or critic has its own).
+        multiple = self.workers.group_multiple
+        keep = (min(len(kept), want) // multiple) * multiple
+        if keep == 0:
+            raise RuntimeError(f"dynamic filtering kept {len(kept)} of {seen} groups in {rounds} rounds (every other "
+                               f"group's rewards tie), fewer than the {multiple} the ranks need to split them evenly; raise temperature or "
+                               "rollout.max_filter_rounds, or set rollout.dynamic_filtering=false")
+        return kept[:keep], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
+                             "rollout/groups_kept": keep, "rollout/rounds": rounds,
+                             "rollout/version_lag": sum(lags) / len(lags),
+                             **{f"reward/{k}": v / rounds for k, v in logs.items()}}
+
+    def submit(self, step: int, round_no: int):
+        """Draw a batch, encode it and start sampling it (seeds of `step` and `round_no`)."""
+        batch = self.loader.next_batch()
+        rows = self.workers.encode(batch)
+        n = self.cfg.rollout.n_samples_per_prompt
+        seeds = [sequence_seed(self.cfg.seed, step, round_no, getattr(item, "id", k), j)
+                 for k, item in enumerate(batch.items) for j in range(n)]
+        return batch, rows, self.workers.submit(rows, n, seeds)
+
+    def prefetch(self) -> None:
+        """Keep `async_queue_size` batches submitted ahead, in the order the synchronous loop draws
+        them (each step's first round), so that only the weights they are sampled with differ."""
+        r = self.cfg.rollout
+        while r.async_enable and len(self._pending) < r.async_queue_size:
+            if not self._pending:
+                self._data_before_pending = self.loader.state_dict()
+            self._pending.append(self.submit(self.step_no + 1 + len(self._pending), 0))
+
+    def score(self, groups: list[Group]) -> dict[str, float]:
+        """Rewards onto the groups; returns the reward's extra logs (e.g. a remote server's)."""
+        samples = make_samples(groups, self.workers.parse)
+        out = check_output(getattr(self.reward_fn, "name", "reward"), self.reward_fn(samples), len(samples))
+        attach_rewards(groups, out)
+        return out.extra_logs
+
+    def compute_advantages(self, exp: Experience) -> dict[str, float]:
+        a = self.cfg.algo
+        mask = exp.response_mask
+        kl_penalty, metrics = reward_kl_penalty(exp.old_logp, exp.ref_logp, mask, a.kl_estimator, a.kl_clamp,
+                                                coef=0.0 if a.use_kl_loss else self.kl_ctl.value)
+        rewards = exp.rewards
+        if a.reward_aggregation == "normalize_then_sum":  # GDPO: each term normalised in its group
+            weights = self.cfg.reward.terms
+            terms = torch.tensor([[v for g in exp.groups for v in g.terms[k]] for k in weights])
+            rewards = normalize_then_sum(terms, torch.tensor(list(weights.values())), exp.group_size,
+                                         a.group_std_eps)
+        out = compute_advantages(a.advantage_estimator, AdvantageInputs(
+            rewards=rewards, response_mask=mask, group_size=exp.group_size, values=exp.values,
+            kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps, std_norm=a.advantage_std_norm,
+            whiten_gae=a.normalize_gae_advantages, reward_clip=a.reward_clip_range))
+        exp.advantages, exp.returns = out.advantages, out.returns
+        metrics["advantages/mean"] = float(masked_mean(exp.advantages, mask))
+        metrics["advantages/abs_mean"] = float(masked_mean(exp.advantages.abs(), mask))
+        return metrics
+
+    def _needs_old_logp(self, n_seqs: int) -> bool:
+        """Old log-probs need a forward pass unless the update is a single on-policy step, or a KL
+        penalty in the reward needs them."""
+        single = self.cfg.algo.max_epochs == 1 and (self.cfg.optim.train_batch_size or n_seqs) >= n_seqs
+        penalty_in_reward = self.cfg.algo.init_kl_coef > 0 and not self.cfg.algo.use_kl_loss
+        return not single or penalty_in_reward
+
+    # ------------------------------------------------------------------ the run
+    def fit(self) -> None:
+        cfg = self.cfg
+        bar = tqdm(total=cfg.max_steps, initial=self.step_no, desc="rl", disable=not cfg.logging.progress_bar)
+        run_start = time.perf_counter()
+        if self.eval_fn is not None and cfg.eval_steps > 0 and self.step_no == 0:
+            # the start's score on the same dev utterances, so the dev curve begins at the SFT checkpoint
+            self.logger.log(0, self.eval_fn())
+        while self.step_no < cfg.max_steps:
+            start = time.perf_counter()
+            metrics = self.step()
+            metrics["time/step"] = time.perf_counter() - start
+            metrics["time/elapsed_min"] = (time.perf_counter() - run_start) / 60
+            out_of_time = 0 < cfg.max_minutes <= metrics["time/elapsed_min"]
+            step, last = self.step_no, self.step_no >= cfg.max_steps or out_of_time
+            if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
+                self.save()  # before the evaluation: a failing evaluation cannot lose the step's update
+            if self.eval_fn is not None and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
+                metrics.update(self.eval_fn())
+            self.logger.log(step, metrics)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
+            if out_of_time:
+                log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
+                break
+        bar.close()
+        self.logger.close()
+
+    def save(self) -> None:
+        # batches in flight are drawn again after a resume (sampled then with the resumed weights)
+        data = self._data_before_pending if self._pending else self.loader.state_dict()
+        state = {"step": self.step_no, "data": data, "rng": rng_state(),
+                 "kl_coef": self.kl_ctl.value, "workers": self.workers.state_dict()}
+        save_checkpoint(self.output_dir, self.step_no, self.workers.save_model, state, self.cfg.max_ckpt_num,
+                        save_state=self.workers.save_engine_state)
+
+    def save_final(self):
+        return save_final(self.output_dir, self.workers.save_model)
+
+    def restore(self, ckpt) -> None:
+        state = load_state(ckpt)
+        self.workers.load_state_dict(state["workers"], ckpt)
+        self.loader.load_state_dict(state["data"])
+        set_rng_state(state["rng"])
+        self.kl_ctl.value = state["kl_coef"]
+        self.step_no = int(state["step"])
+        self.workers.sync_weights(self.step_no)
+
+
+def _response_stats(exp: Experience) -> dict[str, float]:
+    lengths = exp.response_mask.sum(-1).float()
+    return {"response/length_mean": float(lengths.mean()), "response/length_max": float(lengths.max())}
+
+

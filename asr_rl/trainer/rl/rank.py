@@ -1,0 +1,171 @@
+"""One policy rank, and the interface the loop calls its backend through.
+
+`PolicyRank` is everything one process of the policy does in an RL step: the policy with its
+colocated KL reference and critic, their optimisers (a `LocalStrategy`, or DeepSpeed on a Ray
+rank) and a rollout engine. The local backend is one `PolicyRank` in process
+(trainer/workers.py); every Ray trainer rank wraps one (distributed/ray_actors.py), so encoding,
+sampling, log-prob passes and the update are written once.
+
+`Workers` is what `RLTrainer` (loop.py) calls; `LocalWorkers` and `RayWorkers` implement it.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Protocol, runtime_checkable
+
+from asr_rl.trainer.rl.actor import critic_update, forward_logprobs, forward_values, ppo_update
+from asr_rl.trainer.run.memory import peak_memory_gib
+from asr_rl.trainer.rl.rollout import Experience, Sampled
+
+log = logging.getLogger("asr_rl.train")
+
+
+@runtime_checkable
+class Workers(Protocol):
+    """The backend of an RL run, as the loop sees it. Experience travels whole; a backend shards
+    it over its ranks by whole groups (`group_multiple`: the kept groups per step are a multiple
+    of it)."""
+
+    pad_id: int
+    group_multiple: int
+
+    def report_memory(self, longest, device: str) -> None:
+        """Log one policy rank's memory estimate for the longest utterance, before the first step."""
+
+    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
+        """Decode a dev manifest; `eval/*` metrics."""
+
+    def encode(self, batch) -> list:
+        """Prompt rows (`PromptRow`) for a batch."""
+
+    def sample(self, rows: list, n: int, seeds: list[int]) -> list[Sampled]:
+        """n responses per prompt row with the engine's log-probs; one seed per response."""
+
+    def submit(self, rows: list, n: int, seeds: list[int]):
+        """Start sampling as `sample` does; returns a handle at once where the engines run apart
+        (engine actors), else after sampling."""
+
+    def collect(self, handle) -> tuple[list[Sampled], int]:
+        """The samples of a `submit`, and the weights version (updates applied) that produced them."""
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def parse(self, text: str, language: str | None): ...
+
+    def annotate(self, exp: Experience, need_old_logp: bool) -> None:
+        """Fill `old_logp`, `ref_logp` and `values` as the run needs them."""
+
+    def train(self, exp: Experience, step: int, kl_coef: float) -> dict[str, float]:
+        """One policy (and critic) update on the experience; metrics averaged over ranks."""
+
+    def sync_weights(self, version: int) -> None:
+        """The rollout engine gets the updated weights (`version` updates applied)."""
+
+    def save_model(self, path) -> None: ...
+
+    def save_engine_state(self, folder) -> None:
+        """Optimiser state the backend keeps outside `state_dict` (DeepSpeed's own checkpoint)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict, ckpt) -> None:
+        """Restore weights and optimiser state (the loop then syncs the engine)."""
+
+    def shutdown(self) -> None: ...
+
+
+class PolicyRank:
+    """One process's share of the policy side of a step.
+
+    Args:
+        cfg: the RLConfig.
+        policy, ref, critic: the models (`ref`/`critic` None when not colocated or not needed).
+        actor, critic_strategy: how gradients are applied (`backward`, `step`, `gathered`).
+        engine: the rollout engine (`generate(rows, n, rollout, seeds)`, `sync_weights()`).
+        rank, world_size: this rank among the policy's data-parallel ranks.
+    """
+
+    def __init__(self, cfg, policy, ref, critic, actor, critic_strategy=None, engine=None, rank: int = 0,
+                 world_size: int = 1):
+        from asr_rl.trainer.rl.workers import HFRolloutEngine
+
+        self.cfg, self.policy, self.ref, self.critic = cfg, policy, ref, critic
+        self.actor, self.critic_strategy = actor, critic_strategy
+        self.engine = engine or HFRolloutEngine(policy)
+        self.rank, self.world_size = rank, world_size
+
+    def full_weights(self):
+        """Context in which the policy's weights are whole (ZeRO-3 gathers; every rank enters)."""
+        return self.actor.gathered(list(self.policy.model.parameters()))
+
+    # --- rollout -------------------------------------------------------------------------
+    def encode(self, batch) -> list:
+        return self.policy.encode_batch(batch)
+
+    def sample(self, rows: list, n: int, seeds: list[int]) -> list[Sampled]:
+        self.policy.eval()
+        with self.full_weights():
+            return self.engine.generate(rows, n, self.cfg.rollout, seeds)
+
+    # --- experience ----------------------------------------------------------------------
+    def annotate(self, exp: Experience, need_old_logp: bool) -> dict:
+        """Old log-probs (policy before the update), reference log-probs and critic values."""
+        micro, temp = self.cfg.optim.micro_train_batch_size, self.cfg.rollout.temperature
+        out = {}
+        if need_old_logp:
+            with self.full_weights():
+                out["old_logp"] = forward_logprobs(self.policy, exp, micro, temp)
+        if self.ref is not None:
+            out["ref_logp"] = forward_logprobs(self.ref, exp, micro, temp)
+        if self.critic is not None:
+            with self.critic_strategy.gathered(list(self.critic.parameters())):
+                out["values"] = forward_values(self.critic, exp, micro)
+        return out
+
+    def train(self, exp: Experience, step: int, kl_coef: float, separate_critic: bool = False) -> dict:
+        """The critic update (when colocated), then the policy's, unless the critic is still
+        warming up (`freeze_critic_steps`)."""
+        cfg, o = self.cfg, self.cfg.optim
+        train_size = (o.train_batch_size // self.world_size) if o.train_batch_size else len(exp)
+        metrics = {}
+        if self.critic is not None:
+            metrics.update(train_critic(self.critic, self.critic_strategy, exp, cfg, train_size, step))
+        if not (self.critic is not None or separate_critic) or step > cfg.freeze_critic_steps:
+            self.policy.train()
+            metrics.update(ppo_update(self.policy, self.actor, exp, cfg.algo, o.micro_train_batch_size, train_size,
+                                      cfg.rollout.temperature, kl_coef, seed=cfg.seed + step))
+        metrics["memory/peak_gib"] = peak_memory_gib()  # of this process (GPU memory on CUDA)
+        return metrics
+
+    # --- evaluation, memory, checkpoints -----------------------------------------------------
+    def transcribe(self, utterances: list, eval_cfg) -> list:
+        from asr_rl.evaluation.evaluate import transcribe
+
+        was_training = self.policy.training
+        with self.full_weights():
+            out = transcribe(self.policy, utterances, eval_cfg.eval_batch_size, eval_cfg.num_beams,
+                             eval_cfg.eval_max_new_tokens) if utterances else []
+        self.policy.train(was_training)
+        return out
+
+    def report_memory(self, longest, device: str, deepspeed: bool = False) -> None:
+        from asr_rl.trainer.run.memory import prompt_length, rank_estimate, report_memory
+
+        prompt_len = prompt_length(self.policy, longest, self.cfg.data.sample_rate)
+        report_memory(rank_estimate(self.cfg, self.policy, reference=self.ref is not None, prompt_len=prompt_len,
+                                    world_size=self.world_size, deepspeed=deepspeed), device)
+
+    def save_model(self, path) -> None:
+        """Every rank enters (ZeRO-3 gathers); rank 0 writes the HF folder."""
+        with self.full_weights():
+            if self.rank == 0:
+                self.policy.save_pretrained(path)
+
+
+def train_critic(critic, strategy, exp: Experience, cfg, train_size: int, step: int) -> dict:
+    critic.train()
+    return critic_update(critic, strategy, exp, cfg.algo, cfg.optim.micro_train_batch_size, train_size,
+                         seed=cfg.seed + step)
+
+
+__all__ = ["Workers", "PolicyRank", "train_critic"]

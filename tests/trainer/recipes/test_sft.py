@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen3ASRForConditionalGeneration
+
+from asr_rl.config import load_config
+from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.run.metrics import read_metrics
+from asr_rl.trainer.recipes.sft import train_sft
+
+FAULT = Path(__file__).resolve().parents[1] / "fault.py"  # SIGKILL at a chosen point, outside the product
+
+def _overrides(tiny_model, tiny_corpus, out, *extra):
+    return [f"pretrain={tiny_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", f"output_dir={out}",
+            "train_batch_size=4", "micro_train_batch_size=2", "max_steps=2", "save_steps=1", "eval_steps=0",
+            "logging.tensorboard=false", "logging.progress_bar=false", *extra]
+
+
+def _cfg(tiny_model, tiny_corpus, out, *extra):
+    return load_config(SFTConfig, None, _overrides(tiny_model, tiny_corpus, out, *extra))
+
+
+def _params(path):
+    return dict(Qwen3ASRForConditionalGeneration.from_pretrained(path).named_parameters())
+
+
+def test_sft_step_changes_trainable_and_leaves_frozen_parameters(tiny_model, tiny_corpus, tmp_path):
+    final = train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "model.freeze_encoder=true", "max_steps=1",
+                           f"eval_manifest={tiny_corpus / 'dev.jsonl'}"))
+    before, after = _params(tiny_model), _params(final)
+    encoder = [n for n in before if n.startswith("model.audio_tower.")]
+    others = [n for n in before if not n.startswith("model.audio_tower.")]
+    assert encoder and all(torch.equal(before[n], after[n]) for n in encoder)
+    changed = [n for n in others if not torch.equal(before[n], after[n])]
+    assert any("multi_modal_projector" in n for n in changed) and any("language_model.layers" in n for n in changed)
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["step"] == 1 and row["loss/ce"] > 0 and "eval/cer" in row
+    assert "loss/ctc" not in row  # CTC only trains an encoder: off when it is frozen
+
+
+def test_ctc_on_a_frozen_encoder_is_refused(tiny_model, tiny_corpus, tmp_path):
+    with pytest.raises(ValueError, match="ctc_weight=0.5 trains the audio encoder, which is frozen"):
+        train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "model.freeze_encoder=true", "ctc_weight=0.5"))
+
+
+def test_sft_on_a_pretrained_encoder_freezes_it_and_encodes_each_variant_once(whisper_model, tiny_corpus, tmp_path,
+                                                                              monkeypatch):
+    """Eight steps over 8 utterances (four epochs) with 2 augmented variants: the frozen Whisper tower
+    runs once per distinct (utterance, variant) drawn; its weights do not move, the projector's do."""
+    from transformers import Qwen2AudioForConditionalGeneration
+
+    from tests.models.test_encoder_cache import count_mel_convolutions
+
+    seen = count_mel_convolutions(monkeypatch)
+    final = train_sft(_cfg(whisper_model, tiny_corpus, tmp_path / "run", "max_steps=8", "save_steps=0",
+                           "augment.noise_prob=1", "augment.variants=2", "logging.logging_steps=1"))
+    before = dict(Qwen2AudioForConditionalGeneration.from_pretrained(whisper_model).named_parameters())
+    after = dict(Qwen2AudioForConditionalGeneration.from_pretrained(final).named_parameters())
+    tower = [n for n in before if n.startswith("model.audio_tower.")]
+    assert tower and all(torch.equal(before[n], after[n]) for n in tower)
+    assert not torch.equal(before["model.multi_modal_projector.linear.weight"],
+                           after["model.multi_modal_projector.linear.weight"])
+    rows = read_metrics(tmp_path / "run")
+    distinct = rows[-1]["encoder/cached"]  # distinct (utterance, variant) pairs drawn in 32 draws
+    assert 8 < distinct <= 24 and sum(seen) == distinct
+    assert "loss/ctc" not in rows[-1]
+
+
+def test_sft_trains_the_encoder_by_default_and_loss_falls(tiny_model, tiny_corpus, tmp_path):
+    final = train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "max_steps=12", "save_steps=0",
+                           "learning_rate=0.01", "augment.noise_prob=0", "augment.spec_augment=false",
+                           "data.shuffle=false", "train_batch_size=8", "micro_train_batch_size=8"))
+    before, after = _params(tiny_model), _params(final)
+    assert not torch.equal(before["model.audio_tower.conv2d1.weight"], after["model.audio_tower.conv2d1.weight"])
+    rows = read_metrics(tmp_path / "run")
+    assert rows[-1]["loss/ce"] < 0.7 * rows[0]["loss/ce"]
+
+
+def test_sft_killed_after_step_2_resumes_to_the_same_result(tiny_model, tiny_corpus, tmp_path):
+    straight = tmp_path / "straight"
+    train_sft(_cfg(tiny_model, tiny_corpus, straight, "max_steps=3"))
+    resumed = tmp_path / "resumed"
+    args = [str(a) for a in [sys.executable, FAULT, "after-step", 2, "--", "train", "sft", *_overrides(
+        tiny_model, tiny_corpus, resumed, "max_steps=3")]]
+    killed = subprocess.run(args, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (resumed / "final").exists()
+    train_sft(_cfg(tiny_model, tiny_corpus, resumed, "max_steps=3", "resume=auto"))
+    a, b = read_metrics(straight), read_metrics(resumed)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for key in ("loss/ce", "loss/ctc", "grad_norm", "lr"):
+        assert b[2][key] == pytest.approx(a[2][key], rel=1e-5), key
+    pa, pb = _params(straight / "final"), _params(resumed / "final")
+    worst = max((pa[n] - pb[n]).abs().max().item() for n in pa)
+    assert worst < 1e-6, worst
+    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000003"]
+
+
+def test_killed_during_a_checkpoint_save_resumes_from_the_one_before(tiny_model, tiny_corpus, tmp_path):
+    # SIGKILL after step 2's weights are written and before its resume state: step 1's checkpoint
+    # stays loadable, resume=auto picks it, and the run ends where an uninterrupted one does
+    straight = tmp_path / "straight"
+    train_sft(_cfg(tiny_model, tiny_corpus, straight, "max_steps=3", "save_steps=1"))
+    run = tmp_path / "run"
+    args = [str(a) for a in [sys.executable, FAULT, "mid-save", 2, "--", "train", "sft", *_overrides(
+        tiny_model, tiny_corpus, run, "max_steps=3", "save_steps=1")]]
+    killed = subprocess.run(args, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    left = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert "step_000001" in left and "step_000002" not in left and any(".tmp" in n for n in left), left
+    train_sft(_cfg(tiny_model, tiny_corpus, run, "max_steps=3", "save_steps=1"))
+    assert not any(".tmp" in p.name for p in (run / "checkpoints").iterdir())
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+    pa, pb = _params(straight / "final"), _params(run / "final")
+    assert max((pa[n] - pb[n]).abs().max().item() for n in pa) < 1e-6
+
+
+def test_every_micro_batch_of_every_step_draws_its_own_augmentation(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    # 2 steps x 2 micro-batches: four distinct SpecAugment streams (a seed shared by micro-batches of
+    # different steps once made them mask alike)
+    import copy
+
+    import asr_rl.trainer.recipes.sft as sft
+
+    draws, real = [], sft.spec_augment
+    def recording(features, mask, cfg, rng):
+        draws.append(copy.deepcopy(rng).random())  # the stream's first number, not consuming it
+        return real(features, mask, cfg, rng)
+    monkeypatch.setattr(sft, "spec_augment", recording)
+    train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "r", "save_steps=0"))
+    assert len(draws) == 4 and len(set(draws)) == 4
+
+
+def test_sft_config_errors(tiny_model, tiny_corpus, tmp_path):
+    with pytest.raises(ValueError, match="not a multiple of micro_train_batch_size 3"):
+        _cfg(tiny_model, tiny_corpus, tmp_path, "micro_train_batch_size=3")
+    with pytest.raises(ValueError, match="`train_manifest` is not set"):
+        train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "x", "train_manifest=null"))
+
+
+def test_noise_and_reverb_augmentation_hits_the_requested_snr():
+    import numpy as np
+
+    from asr_rl.data.augment import AugmentConfig, augment_waveforms
+
+    rng = np.random.default_rng(0)
+    wav = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 220)).astype(np.float32)
+    cfg = AugmentConfig(noise_prob=1.0, noise_snr_min=10.0, noise_snr_max=10.0, reverb_prob=0.0)
+    (noisy,) = augment_waveforms([wav], cfg, rng)
+    noise = noisy.astype(np.float64) - wav
+    assert 10 * np.log10(np.mean(wav.astype(np.float64) ** 2) / np.mean(noise ** 2)) == pytest.approx(10.0, abs=0.05)
+    (reverbed,) = augment_waveforms([wav], AugmentConfig(noise_prob=0.0, reverb_prob=1.0), rng)
+    assert reverbed.shape == wav.shape and not np.allclose(reverbed, wav)
+    assert np.array_equal(augment_waveforms([wav], AugmentConfig(noise_prob=0.0), rng)[0], wav)
+
+
+def test_transcripts_the_model_cannot_write_are_reported_not_trained_on(tiny_model, tiny_corpus, tmp_path, capsys):
+    # the tiny model's character tokenizer was built from en/zh texts: Japanese kana would be
+    # dropped from the targets (an empty target trains nothing) if nothing checked
+    import json
+
+    from asr_rl.cli import main
+
+    rows = [json.loads(x) for x in (tiny_corpus / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["audio"] = str(tiny_corpus / r["audio"])
+    rows[1]["text"] = "アニメ"
+    rows[3]["text"] = rows[3]["text"] + " ✓"
+    manifest = tmp_path / "ja.jsonl"
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert main(["data", "check", "--manifest", str(manifest), "--model", str(tiny_model)]) == 1
+    out = capsys.readouterr().out
+    assert f"{manifest}:2: characters the model ({tiny_model}) cannot write: ア ニ メ" in out
+    assert f"{manifest}:4: characters the model ({tiny_model}) cannot write: ✓" in out and "bad lines:  2" in out
+    with pytest.raises(ValueError, match=rf"2 transcripts hold characters .* e\.g\. {manifest}:2: ア ニ メ; "
+                                         rf"{manifest}:4: ✓"):
+        train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", f"train_manifest={manifest}"))
+    assert main(["data", "check", "--manifest", str(tiny_corpus / "train.jsonl"), "--model", str(tiny_model)]) == 0

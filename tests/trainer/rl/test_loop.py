@@ -1,0 +1,119 @@
+"""The loop's guards: dynamic filtering, NaN rewards/losses, and configuration errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from asr_rl.config import ConfigError
+from asr_rl.rewards.base import RewardError, RewardOutput
+import asr_rl.rewards.combine as combine
+from asr_rl.trainer.rl.actor import TrainingDiverged, _epochs
+from asr_rl.trainer.run.checkpoint import list_checkpoints
+from asr_rl.algos.losses import LossOutput
+from asr_rl.trainer.run.metrics import read_metrics
+from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
+from asr_rl.trainer.rl.rollout import Group, build_experience
+
+from tests.trainer.rl.test_grpo_e2e import _overrides
+
+
+class _Reward:
+    """A reward whose values are given per call (a real reward callable, not a mock of the loop)."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script, self.calls = script, 0
+
+    def __call__(self, samples):
+        values = self.script(self.calls, len(samples))
+        self.calls += 1
+        return RewardOutput(rewards=values, terms={"scripted": values})
+
+
+def _run_with_reward(monkeypatch, reward, *args):
+    monkeypatch.setattr(combine, "build_reward", lambda cfg: reward)  # the run builds its reward here
+    return run_audio_rl(load_rl_config("grpo", None, list(args)))
+
+
+def test_dynamic_filtering_drops_tied_groups_and_refills(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    # call 0: every group ties (all zeros) -> all filtered; later calls: distinct rewards
+    reward = _Reward(lambda call, n: [0.0] * n if call == 0 else [float(i % 4) for i in range(n)])
+    _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1"))
+    (row,) = read_metrics(tmp_path / "r")
+    assert row["rollout/groups_filtered"] == 2 and row["rollout/groups_kept"] == 2 and row["rollout/rounds"] == 2
+
+
+def test_filtering_that_never_finds_signal_is_a_clear_error(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    reward = _Reward(lambda call, n: [1.0] * n)
+    with pytest.raises(RuntimeError, match="dynamic filtering kept 0 of 8 groups in 4 rounds"):
+        _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1"))
+
+
+def test_nan_reward_stops_the_run_and_keeps_the_last_checkpoint(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    reward = _Reward(lambda call, n: [float(i % 3) for i in range(n)] if call < 1 else [math.nan] * n)
+    with pytest.raises(RewardError, match="reward 'scripted' returned nan for sample 0"):
+        _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r"))
+    (ckpt,) = list_checkpoints(tmp_path / "r")
+    assert ckpt.name == "step_000001" and (ckpt / "model.safetensors").is_file()
+
+
+def _local_strategy(w):
+    from asr_rl.trainer.strategy import LocalStrategy
+
+    return LocalStrategy([w], lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), max_norm=1e9, total_steps=10,
+                         warmup_ratio=0.0, min_lr_ratio=1.0)
+
+
+def test_nan_loss_raises_before_the_optimizer_steps():
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    groups = [Group(None, None, [[1, 2], [3]], ["a", "b"], rewards=[0.0, 1.0])]
+    exp = build_experience(groups, 2, pad_id=0)
+    with pytest.raises(TrainingDiverged, match="actor loss is nan"):
+        _epochs(exp, 1, 2, 2, 0, _local_strategy(w), lambda mb: LossOutput(w * math.nan, {}), prefix="actor")
+    assert float(w) == 1.0 and w.grad is None  # stopped before backward and step
+
+
+@pytest.mark.parametrize("mode, expected_grad", [
+    # responses [4] and [1, 1, 1] (token values c), per-token loss w * c, one sequence per micro-batch:
+    #   token-mean over the minibatch: (4 + 1 + 1 + 1) / 4 tokens = 1.75
+    #   (the mean of the micro-batches' own token means would be (4/1 + 3/3) / 2 = 2.5)
+    #   seq-mean-token-mean: (4/1 + 3/3) / 2 = 2.5;  seq-mean-token-sum: (4 + 3) / 2 = 3.5
+    ("token-mean", 1.75), ("seq-mean-token-mean", 2.5), ("seq-mean-token-sum", 3.5)])
+def test_minibatch_loss_is_aggregated_over_all_its_micro_batches(mode, expected_grad):
+    from asr_rl.algos.losses import aggregate_loss
+
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    exp = build_experience([Group(None, None, [[4], [1, 1, 1]], ["a", "b"], rewards=[0.0, 1.0])], 2, pad_id=0)
+    grads = []
+    strategy = _local_strategy(w)
+    step = strategy.step
+    strategy.step = lambda: (grads.append(float(w.grad)), step())[1]  # read the gradient the step applies
+    loss_fn = lambda mb: LossOutput(aggregate_loss(w * mb.response_ids.float(), mb.response_mask, mode), {})  # noqa: E731
+    _epochs(exp, 1, 1, 2, 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
+    assert grads == [pytest.approx(expected_grad)]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["n_samples_per_prompt=1"], "needs n_samples_per_prompt >= 2"),
+    (["rollout_batch_size=3", "n_samples_per_prompt=4", "micro_train_batch_size=5"], "not a multiple of micro"),
+    (["rollout_batch_size=3", "n_samples_per_prompt=4", "train_batch_size=5"], "not a multiple of train_batch_size 5"),
+    (["advantage_estimator=gae"], "gae needs a critic"),
+    (["model.freeze_encoder=false"], "RL keeps the audio encoder frozen"),
+])
+def test_configuration_errors(overrides, message):
+    with pytest.raises((ConfigError, ValueError), match=message):
+        load_rl_config("grpo", None, overrides)
+
+
+def test_pretrain_not_an_audio_llm_and_empty_manifest(tiny_model, tiny_corpus, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="holds no utterances"):
+        run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "a")[:1] + [
+            f"train_manifest={tmp_path / 'empty.jsonl'}", f"output_dir={tmp_path / 'a'}"]))
+    with pytest.raises(ValueError, match=f"`pretrain={tmp_path}`: {tmp_path} is not a model folder with config.json"):
+        run_audio_rl(load_rl_config("grpo", None, [f"pretrain={tmp_path}", f"train_manifest={tiny_corpus / 'train.jsonl'}",
+                                                   f"output_dir={tmp_path / 'b'}"]))
+    assert not (tmp_path / "b").exists()  # refused before the run folder was made

@@ -1,0 +1,125 @@
+"""A run folder holds one run: paths checked first, a lock against a second run, resume only by the
+same run, overwrite only when asked, and the folder's config.yaml never rewritten by a refused run."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from asr_rl.config import ConfigError, load_config
+from asr_rl.trainer.run.checkpoint import list_checkpoints, save_checkpoint
+from asr_rl.trainer.run.setup import setup_run
+from asr_rl.trainer.config import RLConfig, SFTConfig
+
+
+def _cfg(cls, tmp_path, *extra):
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "train.jsonl").touch()
+    return load_config(cls, None, [f"pretrain={tmp_path / 'model'}", f"train_manifest={tmp_path / 'train.jsonl'}",
+                                   f"output_dir={tmp_path / 'run'}", *extra])
+
+
+def _with_checkpoint(cfg) -> None:
+    ctx = setup_run(cfg)
+    save_checkpoint(ctx.output_dir, 1, lambda folder: (folder / "model.safetensors").write_bytes(b"w"), {"step": 1})
+
+
+def test_a_different_run_is_refused_and_the_folder_keeps_its_config(tmp_path):
+    _with_checkpoint(_cfg(SFTConfig, tmp_path, "learning_rate=0.002"))
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"holds the checkpoints of a different run \(learning_rate: 0\.002 -> 0\.01\)"
+                                          r".*resume=none overwrite_output_dir=true"):
+        setup_run(_cfg(SFTConfig, tmp_path, "learning_rate=0.01"))
+    assert (tmp_path / "run" / "config.yaml").read_text() == saved
+    # settings that do not define the run may change on resume
+    ctx = setup_run(_cfg(SFTConfig, tmp_path, "learning_rate=0.002", "max_steps=500", "save_steps=7"))
+    assert ctx.resume_from == list_checkpoints(tmp_path / "run")[-1]
+
+
+def test_sft_into_an_rl_folder_is_refused(tmp_path):
+    _with_checkpoint(_cfg(RLConfig, tmp_path))
+    with pytest.raises(ConfigError, match="command: rl -> sft"):
+        setup_run(_cfg(SFTConfig, tmp_path))
+
+
+def test_resume_none_needs_overwrite_and_then_starts_clean(tmp_path):
+    _with_checkpoint(_cfg(SFTConfig, tmp_path))
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ConfigError, match="add overwrite_output_dir=true"):
+        setup_run(_cfg(SFTConfig, tmp_path, "resume=none", "learning_rate=0.5"))
+    ctx = setup_run(_cfg(SFTConfig, tmp_path, "resume=none", "learning_rate=0.5", "overwrite_output_dir=true"))
+    assert ctx.resume_from is None and not list_checkpoints(ctx.output_dir)
+    assert not (ctx.output_dir / "metrics.jsonl").exists()
+    assert "learning_rate: 0.5" in (ctx.output_dir / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("key", ["eval_manifest", "train_manifest", "pretrain", "reward.file"])
+def test_a_path_typo_is_refused_before_anything_is_written(tmp_path, key):
+    with pytest.raises(ConfigError, match=f"`{key}={tmp_path / 'typo'}`"):
+        setup_run(_cfg(RLConfig, tmp_path, f"{key}={tmp_path / 'typo'}"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_second_process_is_refused_while_the_first_holds_the_folder(tmp_path):
+    cfg = _cfg(SFTConfig, tmp_path)
+    (tmp_path / "run").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from asr_rl.trainer.run.folder import RunLock; "
+        f"RunLock(Path({str(tmp_path / 'run')!r})); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"in use by another run \\(pid {holder.pid}\\)"):
+            setup_run(cfg)
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    assert setup_run(cfg).output_dir == tmp_path / "run"  # the dead holder's lock is gone with it
+
+
+def test_checkpoint_folders_follow_the_umask(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        ckpt = save_checkpoint(tmp_path, 1, lambda f: (f / "model.safetensors").write_bytes(b"w"), {"step": 1})
+    finally:
+        os.umask(old)
+    assert ckpt.stat().st_mode & 0o777 == 0o755
+    assert (ckpt / "model.safetensors").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("damage", ["truncate weights", "truncate state", "delete weights"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, damage, caplog):
+    import torch
+
+    from asr_rl.trainer.run.checkpoint import checkpoint_problem, resolve_resume
+
+    def weights(folder):
+        torch.save({"w": torch.arange(1000.0)}, folder / "model.safetensors")
+
+    older = save_checkpoint(tmp_path, 1, weights, {"step": 1})
+    newest = save_checkpoint(tmp_path, 2, weights, {"step": 2, "blob": torch.zeros(1000)})
+    name = "model.safetensors" if "weights" in damage else "trainer_state/state.pt"
+    target = newest / name
+    if damage.startswith("truncate"):
+        target.write_bytes(target.read_bytes()[:100])
+    else:
+        target.unlink()
+    assert name in checkpoint_problem(newest) and checkpoint_problem(older) is None
+    with caplog.at_level("WARNING"):
+        assert resolve_resume(tmp_path, "auto") == older
+    assert f"{newest} is damaged ({name}" in caplog.text
+    with pytest.raises(ValueError, match=f"the checkpoint is damaged \\({name}"):
+        resolve_resume(tmp_path, str(newest))
+
+
+def test_a_run_that_exits_cleanly_releases_the_lock_and_leaves_no_pid(tmp_path):
+    (tmp_path / "run").mkdir()
+    subprocess.run([sys.executable, "-c", "from pathlib import Path; from asr_rl.trainer.run.folder import RunLock; "
+                    f"RunLock(Path({str(tmp_path / 'run')!r}))"], check=True)
+    assert (tmp_path / "run" / ".lock").read_text() == ""  # nothing for the next run to take over
