@@ -15,13 +15,22 @@ from asr_rl.utils import setup_logging
 log = logging.getLogger("asr_rl.cli")
 
 
+# what `data check` checks a preference manifest as (data/pairs.py `preference_kind`)
+_PREFERENCE_KINDS = {"dpo": "DPO pairs (`chosen`, `rejected`), as `train dpo` reads them",
+                     "kto": "KTO examples (`completion`, `label`), as `train kto` reads them"}
+
+
 def _data_check(args: argparse.Namespace) -> int:
     from asr_rl.data.manifest import scan_manifest
+    from asr_rl.data.pairs import preference_kind, preference_problems
 
     scan = scan_manifest(args.manifest, check_audio=not args.no_audio, min_duration=args.min_duration,
                          max_duration=args.max_duration)
+    kind = preference_kind(scan.path)
     langs = ", ".join(f"{k} {v}" for k, v in sorted(scan.languages.items())) or "none"
     print(f"manifest:   {scan.path}")
+    if kind:
+        print(f"checked as: {_PREFERENCE_KINDS[kind]} (from the keys of its first line)")
     print(f"utterances: {len(scan.utterances)}")
     print(f"hours:      {scan.hours:.3f}")
     print(f"languages:  {langs}")
@@ -30,7 +39,8 @@ def _data_check(args: argparse.Namespace) -> int:
         print(f"note: {scan.path}:{note.line}: {note.message}")
     if len(scan.notes) > args.max_notes:
         print(f"note: ... {len(scan.notes) - args.max_notes} more notes")
-    problems = [(f"{scan.path}:{p.line}", p.message) for p in scan.problems]
+    bad = sorted(scan.problems + (preference_problems(scan.utterances, kind) if kind else []), key=lambda p: p.line)
+    problems = [(f"{scan.path}:{p.line}", p.message) for p in bad]
     if args.model:
         from asr_rl.models.codec import ResponseCodec
         from asr_rl.models.tokenizer import unwritable_chars
@@ -90,6 +100,10 @@ def _model_init(args: argparse.Namespace) -> int:
     return 0
 
 
+# the `train` commands of the preference recipe, and the presets that pick its loss (`loss_type`)
+_PREFERENCE_COMMANDS = {"dpo": [], "kto": ["loss_type=kto"]}
+
+
 def _train(args: argparse.Namespace) -> int:
     from asr_rl.config import load_config
 
@@ -100,10 +114,10 @@ def _train(args: argparse.Namespace) -> int:
         from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
 
         out = train_sft(load_with_checkpoint_presets(SFTConfig, "sft", args.config, args.overrides))
-    elif args.algo in ("dpo", "kto"):
+    elif args.algo in _PREFERENCE_COMMANDS:
         from asr_rl.trainer.recipes.dpo import DPOConfig, train_dpo
 
-        presets = ["loss_type=kto"] if args.algo == "kto" else []
+        presets = _PREFERENCE_COMMANDS[args.algo]
         out = train_dpo(load_config(DPOConfig, args.config, args.overrides, presets=presets))
     elif args.algo == "rm":
         from asr_rl.trainer.recipes.rm import RMConfig, train_rm
@@ -156,7 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asr-rl", description="RL fine-tuning for LLM-based speech recognition")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add_commands in (_add_data_commands, _add_model_commands, _add_run_commands, _add_reward_commands):
+        add_commands(sub)
+    return parser
 
+
+def _add_data_commands(sub) -> None:
     data = sub.add_parser("data", help="manifests and the demo corpus").add_subparsers(dest="data_cmd", required=True)
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
     check.add_argument("--manifest", required=True)
@@ -183,17 +202,32 @@ def build_parser() -> argparse.ArgumentParser:
     pairs.add_argument("--model", required=True, help="the audio-LLM that samples (e.g. an SFT run's final)")
     pairs.add_argument("--manifest", required=True)
     pairs.add_argument("--out", required=True, help="the pair file (JSONL) to write")
-    pairs.add_argument("--n", type=int, default=8, help="hypotheses sampled per utterance")
+    pairs.add_argument("--n", type=_at_least(2, "a pair compares two hypotheses of one utterance"), default=8,
+                       help="hypotheses sampled per utterance (at least 2)")
     pairs.add_argument("--temperature", type=float, default=1.0)
     pairs.add_argument("--max-new-tokens", type=int, default=96)
     pairs.add_argument("--mode", choices=["best_worst", "all"], default="best_worst")
     pairs.add_argument("--margin", type=float, default=0.0, help="keep pairs whose scores differ by more than this")
-    pairs.add_argument("--batch-size", type=int, default=8)
+    pairs.add_argument("--batch-size", type=_at_least(1, "utterances per batch"), default=8)
     pairs.add_argument("--reward-config", default=None, help="YAML of reward settings (terms, term_options, file, "
                                                              "remote_url); default: the built-in terms")
     pairs.add_argument("--seed", type=int, default=0)
     pairs.set_defaults(func=_data_pairs)
 
+
+def _at_least(low: int, why: str):
+    """An argparse `type`: an int of at least `low` (a smaller one is a usage error, exit 2)."""
+    def parse(text: str) -> int:
+        value = int(text)  # not an int: argparse's "invalid int value"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low} ({why}), got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def _add_model_commands(sub) -> None:
     model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
     init = model.add_parser("init", help="a new audio-LLM (pretrained or random encoder) with an offline tokenizer")
     # the families are listed by models/families/ (unknown names fail there, naming the valid ones)
@@ -213,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=_model_info)
 
+
+def _add_run_commands(sub) -> None:
+    """train, eval and report."""
     train = sub.add_parser("train", help="sft | grpo | ppo | dpo | kto | rm; then --config FILE and key=value "
                                          "overrides")
     train.add_argument("algo", choices=["sft", "grpo", "ppo", "dpo", "kto", "rm"])
@@ -238,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--output", required=True)
     rep.set_defaults(func=_report)
 
+
+def _add_reward_commands(sub) -> None:
     reward = sub.add_parser("reward", help="reward server").add_subparsers(dest="reward_cmd", required=True)
     srv = reward.add_parser("serve", help="serve a reward over OpenRLHF's /get_reward protocol")
     srv.add_argument("--reward", default="builtin:asr", help="builtin:asr, builtin:cer,keyword=0.5,... (term[=weight]) or PATH.py")
@@ -245,7 +284,6 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=5000)
     srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (or $ASR_RL_REWARD_TOKEN)")
     srv.set_defaults(func=_reward_serve)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

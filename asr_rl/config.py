@@ -374,16 +374,20 @@ def _unflatten(flat: dict[str, Any]) -> dict:
     return nested
 
 
-def _build(cls: type[T], nested: dict, prefix: str) -> T:
+def _build(cls: type[T], nested: dict, prefix: str, base: Any = None) -> T:
+    """`cls` with the values in `nested`; unset fields keep `base`'s values: a section's default as
+    its parent declares it (SFT's `optim` has its own learning rate), else the class defaults."""
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for f in fields(cls):
         if f.name not in nested:
             continue
         tp = hints[f.name]
-        kwargs[f.name] = _build(tp, nested[f.name], f"{prefix}{f.name}.") if _is_dataclass_type(tp) else nested[f.name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        kwargs[f.name] = (_build(tp, nested[f.name], f"{prefix}{f.name}.", default) if _is_dataclass_type(tp)
+                          else nested[f.name])
     try:
-        obj = cls(**kwargs)
+        obj = dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {e}") from None
     return obj

@@ -46,7 +46,7 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
   if [ -f "$RM/config.json" ]; then log "Stage 2: reward model $RM exists"; else
     log "Stage 2: reward model from $PREFS"
     asr-rl train rm pretrain="$POLICY" prompt_data="$PREFS" output_dir="$EXP/rm" max_steps="$RM_STEPS" \
-      learning_rate=3e-3
+      optim.learning_rate=3e-3
   fi
 fi
 

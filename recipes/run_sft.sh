@@ -10,7 +10,7 @@
 #   stage 3: asr-rl eval on the test sets
 #
 # Knobs are environment variables; extra key=value arguments go to `asr-rl train sft`, e.g.
-#   MAX_MINUTES=5 bash recipes/run_sft.sh 0 3 learning_rate=1e-3
+#   MAX_MINUTES=5 bash recipes/run_sft.sh 0 3 optim.learning_rate=1e-3
 set -eou pipefail
 
 stage=${1:-0}

@@ -51,7 +51,7 @@ def main() -> None:
             f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={out / 'grpo'}", "max_steps=100")  # the demo's warmup
     models["grpo"] = out / "grpo/final"
     if not (out / "sft_continued/final").is_dir():
-        run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), *common, "learning_rate=5e-4",
+        run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), *common, "optim.learning_rate=5e-4",
             f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={out / 'sft_continued'}",
             f"max_steps={int(minutes * 60 / 0.2)}")  # ~0.2 s a step here: the cosine spans the minutes
     models["sft_continued"] = out / "sft_continued/final"
@@ -63,9 +63,9 @@ def main() -> None:
         name = f"dpo_lr{lr:g}_nll{nll:g}_p{args.pair_utterances}"
         if not (out / name / "final").is_dir():
             wall = run("train", "dpo", *common, f"max_minutes={minutes - pair_minutes:.2f}",
-                       f"train_manifest={pairs}", f"output_dir={out / name}", f"learning_rate={lr}",
+                       f"train_manifest={pairs}", f"output_dir={out / name}", f"optim.learning_rate={lr}",
                        f"nll_loss_coef={nll}", f"beta={args.beta}", "train_batch_size=16", "micro_train_batch_size=16",
-                       f"max_steps={steps}", "lr_warmup_ratio=0.1")
+                       f"max_steps={steps}", "optim.lr_warmup_ratio=0.1")
             (out / name / "wall_seconds").write_text(f"{wall:.1f}")
         models[name] = out / name / "final"
     results = {name: evaluate(path, corpus, out / "eval" / name, SETS) for name, path in models.items()}

@@ -38,7 +38,7 @@ def main() -> None:
     if not (cont / "final").is_dir():
         run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), f"pretrain={exp / 'sft/final'}",
             f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={cont}", f"max_minutes={minutes:.2f}",
-            f"learning_rate={args.continue_lr}", f"max_steps={int(minutes * 60 / args.step_seconds)}", "save_steps=0",
+            f"optim.learning_rate={args.continue_lr}", f"max_steps={int(minutes * 60 / args.step_seconds)}", "save_steps=0",
             "eval_steps=0", f"model.encoder_cache={exp / 'encoder_cache.pt'}",
             "logging.progress_bar=false", *args.overrides)
     models = {"sft": exp / "sft/final", "grpo": exp / "grpo/final", "sft_continued": cont / "final"}

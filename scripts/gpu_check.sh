@@ -51,7 +51,7 @@ log "SFT, $DTYPE on $DEVICE (full model, encoder frozen)"
 SFT_OUT="$WORK/sft_${SIZE}_$(date +%s)"
 $PY -m asr_rl.cli train sft pretrain="$WORK/model_$SIZE" train_manifest="$WORK/corpus/train.jsonl" \
   output_dir="$SFT_OUT" device="$DEVICE" model.dtype="$DTYPE" max_steps=6 save_steps=0 eval_steps=0 \
-  train_batch_size=16 micro_train_batch_size=16 learning_rate=1e-5 logging.logging_steps=1 \
+  train_batch_size=16 micro_train_batch_size=16 optim.learning_rate=1e-5 logging.logging_steps=1 \
   logging.tensorboard=false logging.progress_bar=false
 $PY - "$SFT_OUT" <<'EOF'
 import json, sys

@@ -4,6 +4,7 @@ a preempted node) at a chosen point.
 
     python tests/fault.py after-step N   -- train grpo key=value ...   # after step N is logged
     python tests/fault.py mid-save N     -- train sft key=value ...    # step N's weights written, state not
+    python tests/fault.py kill-rank R:S  -- train grpo backend=ray ... # Ray trainer rank R exits hard in step S's update
 """
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ def _die() -> None:
 
 def main(argv: list[str]) -> int:
     mode, step, sep, *cli = argv
-    assert sep == "--" and mode in ("after-step", "mid-save"), __doc__
+    assert sep == "--" and mode in ("after-step", "mid-save", "kill-rank"), __doc__
+    if mode == "kill-rank":
+        _kill_rank_in_workers(*map(int, step.split(":")))
+        from asr_rl.cli import main as cli_main
+
+        return cli_main(cli)
     target = int(step)
     import asr_rl.trainer.run.checkpoint as ckpt
     import asr_rl.trainer.rl.loop as loop
@@ -49,6 +55,32 @@ def main(argv: list[str]) -> int:
     from asr_rl.cli import main as cli_main
 
     return cli_main(cli)
+
+
+def _kill_rank_in_workers(rank: int, step: int) -> None:
+    """Every Ray worker this run starts runs a setup hook (Ray's `worker_process_setup_hook`) that
+    makes policy rank `rank` exit hard when its update of step `step` begins, like a node lost
+    mid-step."""
+    import ray
+
+    def arm() -> None:
+        from asr_rl.trainer.rl.rank import PolicyRank
+
+        train = PolicyRank.train
+
+        def train_or_die(self, exp, n, *args, **kwargs):
+            if (self.rank, n) == (rank, step):
+                os._exit(1)
+            return train(self, exp, n, *args, **kwargs)
+
+        PolicyRank.train = train_or_die
+
+    init = ray.init
+
+    def init_with_hook(*args, runtime_env=None, **kwargs):
+        return init(*args, runtime_env={**(runtime_env or {}), "worker_process_setup_hook": arm}, **kwargs)
+
+    ray.init = init_with_hook
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def test_data_synth_then_check_through_the_cli(tmp_path, capsys):
 @pytest.mark.parametrize("command, args, message", [
     ("grpo", ["temperature=-1"], "`temperature` (rollout.temperature) must be > 0"),
     ("grpo", ["rollout.top_p=1.5"], "`rollout.top_p` must be > 0 and <= 1, got 1.5"),
-    ("sft", ["learning_rate=-0.001"], "`learning_rate` must be > 0, got -0.001"),
+    ("sft", ["optim.learning_rate=-0.001"], "`optim.learning_rate` must be > 0, got -0.001"),
     ("sft", ["model.dtype=float16"], "`model.dtype` expects one of 'float32', 'bfloat16'"),
     ("grpo", ["max_new_tokens=0"], "`max_new_tokens` (rollout.max_new_tokens) must be >= 1, got 0"),
     ("sft", ["pretrain=no/such/model"], "`pretrain=no/such/model`: no/such/model is not a model folder"),
@@ -75,3 +75,31 @@ def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists()  # refused before the run folder was touched
+
+
+@pytest.mark.parametrize("args, message", [
+    (["reward.terms={cre: 1.0}"], "reward.terms: unknown reward term 'cre'; valid: cer, "),
+    (["reward.remote_url=127.0.0.1:18761"], "reward.remote_url: reward server URL '127.0.0.1:18761' has no http:// "
+                                            "or https:// scheme: add http://"),
+])
+def test_a_bad_reward_term_or_url_stops_the_run_before_the_model_loads(tmp_path, capsys, args, message):
+    # the model folder does not exist either: the reward's error must come first, at config load
+    out = tmp_path / "run"
+    assert main(["train", "grpo", f"output_dir={out}", f"pretrain={tmp_path / 'no_model'}", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "no_model" not in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--n", "1", "argument --n: must be at least 2 (a pair compares two hypotheses of one utterance), got 1"),
+    ("--batch-size", "0", "argument --batch-size: must be at least 1 (utterances per batch), got 0"),
+])
+def test_data_pairs_refuses_a_count_that_can_never_make_a_pair_before_it_runs(tmp_path, capsys, flag, value, message):
+    out = tmp_path / "pairs.jsonl"
+    with pytest.raises(SystemExit) as e:  # at argument time: no model is loaded, no file written
+        main(["data", "pairs", "--model", str(tmp_path / "m"), "--manifest", str(tmp_path / "x.jsonl"),
+              "--out", str(out), flag, value])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"asr-rl data pairs: error: {message}"
+    assert not out.exists()

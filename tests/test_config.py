@@ -148,8 +148,8 @@ def test_out_of_range_settings_fail_at_load_naming_key_value_and_range(override,
 def test_a_bad_value_in_a_file_names_the_file(tmp_path):
     from asr_rl.trainer.config import SFTConfig
 
-    (tmp_path / "c.yaml").write_text("learning_rate: 0\naugment:\n  noise_prob: 2\n")
-    with pytest.raises(ConfigError, match=f"{tmp_path / 'c.yaml'}: `learning_rate` must be > 0, got 0"):
+    (tmp_path / "c.yaml").write_text("optim:\n  learning_rate: 0\naugment:\n  noise_prob: 2\n")
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'c.yaml'}: `optim.learning_rate` must be > 0, got 0"):
         load_config(SFTConfig, tmp_path / "c.yaml")
 
 
@@ -174,6 +174,37 @@ def test_every_ranged_setting_refuses_a_value_outside_its_range_and_takes_its_de
     assert checked > 90
 
 
+@dataclass(frozen=True)
+class _Owner(RunConfig):
+    rollout: _Rollout = field(default_factory=lambda: _Rollout(n_samples_per_prompt=8, temperature=0.7))
+
+
+def test_a_section_set_in_part_keeps_the_defaults_its_owner_declares():
+    assert load_config(_Owner, None, ["rollout.temperature=0.5"]).rollout == _Rollout(8, 0.5)
+    assert load_config(_Owner).rollout == _Rollout(8, 0.7)
+
+
+def test_every_trainer_reads_one_optim_section_with_its_own_defaults():
+    from asr_rl.trainer.config import RLConfig, SFTConfig
+    from asr_rl.trainer.recipes.dpo import DPOConfig
+    from asr_rl.trainer.recipes.rm import RMConfig
+
+    def shared(o):
+        return o.weight_decay, o.adam_betas, o.adam_eps, o.lr_warmup_ratio, o.lr_scheduler, o.min_lr_ratio, o.max_norm
+
+    sft, dpo, rm, rl = (load_config(cls).optim for cls in (SFTConfig, DPOConfig, RMConfig, RLConfig))
+    assert (sft.learning_rate, *shared(sft)) == (2e-3, 0.01, (0.9, 0.98), 1e-8, 0.05, "cosine_with_min_lr", 0.05, 1.0)
+    assert (dpo.learning_rate, *shared(dpo)) == (5e-7, 0.0, (0.9, 0.95), 1e-8, 0.03, "cosine_with_min_lr", 0.1, 1.0)
+    assert (rm.learning_rate, *shared(rm)) == (1e-3, 0.0, (0.9, 0.95), 1e-8, 0.05, "cosine_with_min_lr", 0.1, 1.0)
+    assert (rl.actor_learning_rate, rl.critic_learning_rate, *shared(rl)) == (
+        2e-4, 1e-3, 0.0, (0.9, 0.95), 1e-8, 0.05, "cosine_with_min_lr", 0.1, 1.0)
+    # one key set keeps the trainer's other defaults; the flat OpenRLHF name still resolves
+    sft = load_config(SFTConfig, None, ["learning_rate=1e-4"]).optim
+    assert (sft.learning_rate, sft.weight_decay, sft.adam_betas, sft.min_lr_ratio) == (1e-4, 0.01, (0.9, 0.98), 0.05)
+    with pytest.raises(ConfigError, match="did you mean `.*learning_rate`"):
+        load_config(RLConfig, None, ["optim.learning_rat=1e-4"])
+
+
 def test_cross_setting_errors_name_the_settings_the_user_set():
     from asr_rl.trainer.config import RLConfig
 
@@ -184,3 +215,17 @@ def test_cross_setting_errors_name_the_settings_the_user_set():
     with pytest.raises(ConfigError, match="rollout_batch_size 3 is not a multiple of the 2 policy ranks"):
         load_config(RLConfig, None, ["backend=ray", "rollout_batch_size=3", "n_samples_per_prompt=2",
                                      "micro_train_batch_size=2"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rollout.async_queue_size=1000"], r"`rollout.async_queue_size` must be >= 0 and <= 8 .*got 1000"),
+    (["rollout.async_queue_size=4", "max_steps=2"],
+     r"rollout.async_queue_size=4 would generate batches that max_steps=2 never trains on; use at most 1"),
+])
+def test_an_async_queue_longer_than_the_run_is_refused_at_load(overrides, message):
+    from asr_rl.trainer.config import RLConfig
+
+    base = ["backend=ray", "rollout.async_enable=true", "algo.rollout_correction=tis"]
+    with pytest.raises((ConfigError, ValueError), match=message):
+        load_config(RLConfig, None, base + overrides)
+    assert load_config(RLConfig, None, base + ["rollout.async_queue_size=1", "max_steps=2"]).rollout.async_queue_size == 1

@@ -6,14 +6,34 @@ Shapes: N sequences, T response tokens; `mask` ``(N, T)`` is 1 on response token
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from asr_rl.algos.masked import masked_mean
 from asr_rl.algos.masked import zero_outside as _where
+from asr_rl.registry import Registry
+
+# `fn(log_ratio, clamp) -> (N, T) estimate`; `algo.kl_estimator` names one, checked at config load.
+KL_ESTIMATORS: Registry[Callable[[Tensor, float | None], Tensor]] = Registry("kl_estimator")
 
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+@KL_ESTIMATORS.register("k1")
+def _k1(log_ratio: Tensor, clamp: float | None) -> Tensor:
+    return log_ratio
+
+
+@KL_ESTIMATORS.register("k2")
+def _k2(log_ratio: Tensor, clamp: float | None) -> Tensor:
+    return log_ratio.pow(2) / 2.0
+
+
+@KL_ESTIMATORS.register("k3")
+def _k3(log_ratio: Tensor, clamp: float | None) -> Tensor:
+    if clamp is not None:  # so exp() stays finite under the final clamp (see `kl_estimate`)
+        log_ratio = log_ratio.clamp(-(clamp + 10.0), clamp + 10.0)
+    return torch.expm1(-log_ratio) + log_ratio
 
 
 def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3", clamp: float | None = 10.0) -> Tensor:
@@ -30,26 +50,17 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3", clamp: fl
     Args:
         logp: ``(N, T)`` policy log-probs of the sampled tokens.
         ref_logp: ``(N, T)`` reference log-probs of the same tokens.
-        estimator: one of `KL_ESTIMATORS`.
+        estimator: a name in `KL_ESTIMATORS`.
         clamp: bound on |estimate| (`algo.kl_clamp`); None = unbounded (k3 may overflow to inf).
 
     Returns:
         ``(N, T)`` float32; padding is NOT zeroed (callers mask, and should pass finite values there).
     """
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"unknown kl_estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
+    fn = KL_ESTIMATORS.get(estimator)
     if clamp is not None and clamp <= 0:
         raise ValueError(f"kl clamp must be > 0 or None, got {clamp}")
     # float32 as OpenRLHF: bf16 log-ratios of near-equal log-probs lose all precision.
-    log_ratio = logp.float() - ref_logp.float()
-    if estimator == "k1":
-        kl = log_ratio
-    elif estimator == "k2":
-        kl = log_ratio.pow(2) / 2.0
-    else:
-        if clamp is not None:
-            log_ratio = log_ratio.clamp(-(clamp + 10.0), clamp + 10.0)
-        kl = torch.expm1(-log_ratio) + log_ratio
+    kl = fn(logp.float() - ref_logp.float(), clamp)
     return kl if clamp is None else kl.clamp(-clamp, clamp)
 
 

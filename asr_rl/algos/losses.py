@@ -23,7 +23,7 @@ from asr_rl.algos.masked import masked_mean
 from asr_rl.algos.masked import zero_outside as _where
 
 __all__ = [
-    "LossOutput", "PolicyLossInputs", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
+    "LossOutput", "PolicyLossInputs", "AggSpec", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
     "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "POLICY_LOSSES", "KL_ESTIMATORS", "kl_estimate",
     "kl_loss", "reward_kl_penalty", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
 ]
@@ -43,7 +43,37 @@ class LossOutput:
     aux: Tensor | None = None
 
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+@dataclass(frozen=True)
+class AggSpec:
+    """What a loss aggregation declares.
+
+    Attributes:
+        token_weighted: the loss is a mean over all the minibatch's tokens, so each micro-batch's
+            loss weighs by its token count in the optimiser step (else every micro-batch weighs the same).
+    """
+
+    token_weighted: bool = False
+
+
+# `fn(x, m) -> scalar`: x ``(N, T)`` the per-token loss, 0 at padding; m ``(N, T)`` the bool mask.
+LOSS_AGG_MODES: Registry[Callable[[Tensor, Tensor], Tensor]] = Registry("loss_agg_mode", AggSpec)
+
+
+@LOSS_AGG_MODES.register("token-mean", token_weighted=True)
+def _token_mean(x: Tensor, m: Tensor) -> Tensor:
+    return x.sum() / m.sum().clamp(min=1)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-mean")
+def _seq_mean_token_mean(x: Tensor, m: Tensor) -> Tensor:
+    per_seq = x.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
+    has_tokens = m.any(dim=-1)
+    return _where(has_tokens, per_seq).sum() / has_tokens.sum().clamp(min=1)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-sum")
+def _seq_mean_token_sum(x: Tensor, m: Tensor) -> Tensor:
+    return x.sum(dim=-1).mean()
 
 
 def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
@@ -59,24 +89,16 @@ def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
     Args:
         loss_mat: ``(N, T)`` per-token loss; anything at padding.
         mask: ``(N, T)`` response mask.
-        mode: one of `LOSS_AGG_MODES`.
+        mode: a name in `LOSS_AGG_MODES`.
 
     Returns:
         Scalar; 0 (still differentiable) when there is no valid token.
     """
-    if mode not in LOSS_AGG_MODES:
-        raise ValueError(f"unknown loss_agg_mode {mode!r}; valid: {', '.join(LOSS_AGG_MODES)}")
+    fn = LOSS_AGG_MODES.get(mode)
     if loss_mat.shape != mask.shape:
         raise ValueError(f"loss_mat {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} differ in shape")
     m = mask.bool()
-    x = _where(m, loss_mat)
-    if mode == "token-mean":
-        return x.sum() / m.sum().clamp(min=1)
-    if mode == "seq-mean-token-sum":
-        return x.sum(dim=-1).mean()
-    per_seq = x.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
-    has_tokens = m.any(dim=-1)
-    return _where(has_tokens, per_seq).sum() / has_tokens.sum().clamp(min=1)
+    return fn(_where(m, loss_mat), m)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,14 +1,47 @@
-"""Reward shaping before the advantage estimator: combining multi-term rewards by normalising each
-term within its group (GDPO). Clipping (`clip_rewards`) happens inside the estimators, after their
-group baseline, as OpenRLHF's `compute_reward`. Pure torch.
+"""Reward shaping before the advantage estimator: how multi-term rewards combine (a registry,
+`algo.reward_aggregation`): their weighted sum, or each term normalised within its group (GDPO).
+Clipping (`clip_rewards`) happens inside the estimators, after their group baseline, as OpenRLHF's
+`compute_reward`. Pure torch.
 
 Shapes: N samples, rows of a group contiguous (group_size n); K reward terms.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from torch import Tensor
 
 from asr_rl.algos.advantages import _grouped, clip_rewards  # noqa: F401 (re-exported)
+from asr_rl.registry import Registry
+
+
+@dataclass(frozen=True)
+class AggregationSpec:
+    """What a reward aggregation declares.
+
+    Attributes:
+        per_term: it combines the built-in reward terms one by one, so it needs each sample's
+            value of every `reward.terms` entry; a reward that gives one score (remote, file,
+            reward model) cannot feed it.
+    """
+
+    per_term: bool = False
+
+
+# `fn(rewards, terms, weights, group_size, eps) -> (N,)`: rewards ``(N,)`` the reward's own weighted
+# sum; terms ``(K, N)`` and weights ``(K,)``, given only to a `per_term` entry (None otherwise).
+REWARD_AGGREGATIONS: Registry[Callable[..., Tensor]] = Registry("reward_aggregation", AggregationSpec)
+
+
+@REWARD_AGGREGATIONS.register("sum")
+def _sum(rewards: Tensor, terms: Tensor | None, weights: Tensor | None, group_size: int, eps: float) -> Tensor:
+    return rewards
+
+
+@REWARD_AGGREGATIONS.register("normalize_then_sum", per_term=True)
+def _normalize_then_sum(rewards: Tensor, terms: Tensor, weights: Tensor, group_size: int, eps: float) -> Tensor:
+    return normalize_then_sum(terms, weights, group_size, eps)
 
 
 def normalize_then_sum(terms: Tensor, weights: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:

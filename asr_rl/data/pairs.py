@@ -11,6 +11,7 @@ Every bad line is an error that names its line.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,9 @@ def _line(u: Utterance) -> int:
 
 def _texts(row: dict, keys: tuple[str, ...]) -> str | None:
     """None when every key holds a non-empty string; else the problem."""
+    for k in keys:
+        if row.get(k) is not None and not isinstance(row[k], str):
+            return f"`{k}` must be a string, got {type(row[k]).__name__} {json.dumps(row[k])[:40]}"
     bad = [k for k in keys if not isinstance(row.get(k), str) or not row[k].strip()]
     return f"missing or empty {', '.join(f'`{k}`' for k in bad)}" if bad else None
 
@@ -84,6 +88,28 @@ def read_unpaired(path: str | os.PathLike, audio: bool) -> list[Unpaired]:
     return _checked(path, out, problems)
 
 
+def preference_kind(path: str | os.PathLike) -> str | None:
+    """What a manifest holds, from the keys of its first JSON-object line: `dpo` (`chosen`,
+    `rejected`: what `train dpo` reads), `kto` (`completion`, `label`: `train kto`), or None (a
+    plain manifest)."""
+    with open(path, encoding="utf-8") as f:
+        for raw in f:
+            try:
+                row = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                return "dpo" if {"chosen", "rejected"} & row.keys() else "kto" if "completion" in row else None
+    return None
+
+
+def preference_problems(utterances: list[Utterance], kind: str) -> list[Problem]:
+    """The lines of a scanned pair (`dpo`) or KTO (`kto`) manifest that `train dpo`/`train kto`
+    would refuse for their preference fields (the manifest fields are `scan_manifest`'s to check)."""
+    check = _pair_problem if kind == "dpo" else (lambda row: _unpaired(row)[1])
+    return [Problem(_line(u), problem) for u in utterances if (problem := check(u.meta))]
+
+
 def _sources(path, audio: bool, problems: list[Problem]):
     """(utterance or prompt, raw row, line) of every line that parses; parse problems go to `problems`."""
     path = Path(path)
@@ -113,4 +139,4 @@ def _checked(path, items: list, problems: list[Problem]) -> list:
     return items
 
 
-__all__ = ["Pair", "Unpaired", "read_pairs", "read_unpaired"]
+__all__ = ["Pair", "Unpaired", "read_pairs", "read_unpaired", "preference_kind", "preference_problems"]

@@ -2,7 +2,9 @@
 
 For each set: CER, WER, S/D/I, keyword recall, language accuracy, utterances, hours and real-time
 factor; a table on stdout, `report.json`, `report.md` and `<set>.hyps.jsonl` under `--output`.
-A line whose audio fails to load is reported and counted (`failed`), and the rest are scored.
+A line whose audio fails to load, or is longer than the model's encoder window (it would be cut and
+its transcript scored against the whole reference), is reported and counted (`failed`), and the
+rest are scored.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from asr_rl.data.audio import AudioError, load_audio
 from asr_rl.data.batching import AudioBatch
 from asr_rl.data.manifest import Utterance, scan_manifest
 from asr_rl.evaluation.metrics import SetMetrics, UtteranceResult, score_set
+from asr_rl.models.families import AudioTooLong
 from asr_rl.utils import atomic_write_text, write_jsonl
 
 log = logging.getLogger("asr_rl.eval")
@@ -36,15 +39,17 @@ def resolve_device(device: str) -> str:
 def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_beams: int = 1,
                max_new_tokens: int = 96, progress: bool = False) -> list[UtteranceResult]:
     """Greedy (or beam) transcripts of `utterances`, in input order. Utterances are batched by
-    duration to limit padding; one whose audio fails to load gets `error` set."""
+    duration to limit padding; one whose audio fails to load or is too long gets `error` set."""
     from tqdm import tqdm
 
     results: dict[int, UtteranceResult] = {}
     loaded = []
     for i, u in enumerate(utterances):
         try:
-            loaded.append((i, u, load_audio(u.audio, policy.sample_rate)))
-        except AudioError as e:
+            wav = load_audio(u.audio, policy.sample_rate)
+            policy.check_durations([wav], [u.id])
+            loaded.append((i, u, wav))
+        except (AudioError, AudioTooLong) as e:
             log.warning("%s: %s (skipped, counted as failed)", u.source or u.id, e)
             results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e))
     loaded.sort(key=lambda x: len(x[2]))

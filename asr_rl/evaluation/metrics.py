@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
-from asr_rl.rewards.normalize import char_errors, normalize_text, word_errors
+from asr_rl.rewards.normalize import char_errors, keyword_hits, word_errors
 
 
 @dataclass
@@ -46,20 +46,6 @@ class SetMetrics:
     def to_dict(self) -> dict:
         return asdict(self)
 
-
-def keyword_hits(hypothesis: str, keywords: tuple[str, ...] | list[str]) -> int:
-    """How many of `keywords` occur in the hypothesis (both normalised; substring match so that
-    multi-word keywords and CJK keywords work)."""
-    hyp = normalize_text(hypothesis)
-    padded = f" {hyp} "
-    hits = 0
-    for kw in keywords:
-        k = normalize_text(kw)
-        if not k:
-            continue
-        cjk = any(ord(c) > 0x2E80 for c in k)
-        hits += (k in hyp) if cjk else (f" {k} " in padded)
-    return hits
 
 
 def score_set(results: list[UtteranceResult], decode_seconds: float | None = None) -> SetMetrics:

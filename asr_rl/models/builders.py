@@ -111,7 +111,7 @@ def _save_atomically(out: Path, model, processor, info: dict) -> None:
 
 # The published fine-tuning rates a released checkpoint starts at (trainer/recipes/presets.py).
 RELEASED_CHECKPOINT = {
-    "sft": ["learning_rate=1e-5"],
+    "sft": ["optim.learning_rate=1e-5"],
     "rl": ["optim.actor_learning_rate=1e-6", "optim.critic_learning_rate=9e-6"],
 }
 

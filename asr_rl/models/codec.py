@@ -22,11 +22,12 @@ class ResponseCodec:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, force_language: bool = False) -> "ResponseCodec":
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from asr_rl.models.families import is_audio_llm, spec_for
+        from asr_rl.models.weights import read_model_config
 
-        model_type = AutoConfig.from_pretrained(path).model_type
+        model_type = read_model_config(path).model_type
         if is_audio_llm(model_type):
             spec = spec_for(model_type)
             return cls(spec.load_processor(path).tokenizer, spec, force_language)

@@ -30,14 +30,16 @@ def model_info(path: str | Path) -> dict:
             "presets": dict(RELEASED_CHECKPOINT) if released else "the dataclass defaults"}
     if spec is None:  # a text LM (the text RLHF path)
         from transformers import AutoModelForCausalLM
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+        if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            raise ValueError(f"{Path(path) / 'config.json'}: model type {config.model_type!r} is neither an audio-LLM "
+                             f"({', '.join(sorted(SPECS))}) nor a causal LM")
+        model = _on_meta(lambda: AutoModelForCausalLM.from_config(config), path)
         return {**info, "family": "causal LM (text RLHF)", "parameters": _count(model)}
     spec.check_folder(path, json.loads((Path(path) / "config.json").read_text(encoding="utf-8")))
     config = spec.model_config(config)
-    with torch.device("meta"):
-        model = spec.model_class()(config)
+    model = _on_meta(lambda: spec.model_class()(config), path)
     frozen = spec.frozen_by_default()
     n_frozen = sum(p.numel() for n, p in model.named_parameters() if any(fnmatch.fnmatch(n, f) for f in frozen))
     return {**info, "family": spec.name, "class": spec.model_class().__name__,
@@ -63,6 +65,17 @@ def format_info(info: dict, indent: int = 0) -> str:
             shown = f"{value / 1e6:,.2f}M" if isinstance(value, int) and key != "seed" else value
             lines.append(" " * indent + f"{key}: {shown}")
     return "\n".join(lines)
+
+
+def _on_meta(build, path):
+    """`build()` on the meta device; a config that builds no model is a one-line error naming it."""
+    from asr_rl.models.weights import config_error
+
+    try:
+        with torch.device("meta"):
+            return build()
+    except (ValueError, KeyError, TypeError) as e:
+        raise config_error(path, e) from None
 
 
 def _count(module) -> int:

@@ -7,13 +7,32 @@ from pathlib import Path
 
 import torch
 
+from asr_rl.config import ConfigError
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import encoder_is_pretrained
 from asr_rl.models.critic import ValueModel
+from asr_rl.models.families import FAMILIES, is_audio_llm
 from asr_rl.models.lora import add_lora
 from asr_rl.models.text_policy import load_text_policy
+from asr_rl.models.weights import read_model_config
 
 log = logging.getLogger("asr_rl.train")
+
+
+def require_audio_llm(path: str | Path | None, key: str = "pretrain", hint: str = "") -> None:
+    """Refuse a `key` folder that is not an audio-LLM before anything reads its tokenizer (a text
+    LM's would first be blamed for the manifest's characters it lacks); `hint`: what such a folder
+    is for instead. A missing folder is left to `check_paths`, which names the key."""
+    if not path or not (Path(path) / "config.json").is_file():
+        return
+    model_type = read_model_config(path).model_type
+    if is_audio_llm(model_type):
+        return
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = "a text LM" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else "a model"
+    raise ConfigError(f"`{key}={path}`: this folder is {kind} ({model_type}), not an audio-LLM; audio training needs "
+                      f"one of {', '.join(FAMILIES)} (e.g. `asr-rl model init --arch qwen2_audio`){hint}")
 
 
 def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_rate: int = 16000,
@@ -58,4 +77,4 @@ def build_critic(cfg, device: str, text: bool, policy=None):
     return ValueModel.from_policy(policy)
 
 
-__all__ = ["load_policy", "load_rl_policy", "build_critic"]
+__all__ = ["require_audio_llm", "load_policy", "load_rl_policy", "build_critic"]

@@ -58,21 +58,44 @@ TEXT_FIELDS = ("text", "prompt", "label", "chosen", "rejected")
 
 def read_texts(manifests: Iterable[str | Path]) -> list[str]:
     """The text fields of every line of the given JSONL files: manifests (`text`), prompt sets
-    (`prompt`, `messages`, `label`) and preference pairs (`chosen`, `rejected`). Lines that fail to
-    parse are skipped: `asr-rl data check` is the place that reports them."""
+    (`prompt`, `messages`, `label`) and preference pairs (`chosen`, `rejected`). A line that is not
+    a JSON object holding one of them is an error naming its file and line (`ManifestError`): a
+    skipped line's characters would be missing from the vocabulary."""
+    from asr_rl.data.manifest import ManifestError, Problem
+
     texts = []
     for path in manifests:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if not isinstance(row, dict):
-                    continue
-                texts += [row[k] for k in TEXT_FIELDS if isinstance(row.get(k), str)]
-                texts += [str(m.get("content", "")) for m in row.get("messages") or [] if isinstance(m, dict)]
+        problems = []
+        for lineno, line in enumerate(_lines(path), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                problems.append(Problem(lineno, f"malformed JSON ({e.msg} at column {e.colno})"))
+                continue
+            found = _row_texts(row) if isinstance(row, dict) else []
+            if not found:
+                problems.append(Problem(lineno, f"expected a JSON object with a text field ({', '.join(TEXT_FIELDS)} "
+                                                f"or messages), got {line.strip()[:60]}"))
+            texts += found
+        if problems:
+            raise ManifestError(path, problems, kind="--tokenizer-from file")
     return texts
+
+
+def _lines(path: str | Path) -> list[str]:
+    try:
+        return Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: JSON strings may hold U+2028
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--tokenizer-from file {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _row_texts(row: dict) -> list[str]:
+    texts = [row[k] for k in TEXT_FIELDS if isinstance(row.get(k), str)]
+    messages = row.get("messages")
+    return texts + [str(m.get("content", "")) for m in (messages if isinstance(messages, list) else [])
+                    if isinstance(m, dict)]
 
 
 def build_char_tokenizer(texts: Iterable[str], spec: TokenizerSpec | None = None):

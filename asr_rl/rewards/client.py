@@ -43,7 +43,8 @@ def endpoints(urls: list[str] | str) -> list[str]:
         if not u:
             continue
         if not u.startswith(("http://", "https://")):
-            raise ValueError(f"reward server URL {u!r} must start with http:// or https://")
+            raise ValueError(f"reward server URL {u!r} has no http:// or https:// scheme: add http:// "
+                             f"(http://{u})")
         out.append(u if u.endswith("/get_reward") else u + "/get_reward")
     if not out:
         raise ValueError(f"no reward server URL in {urls!r}; give e.g. http://127.0.0.1:5000")

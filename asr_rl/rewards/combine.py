@@ -7,7 +7,8 @@ import threading
 
 from asr_rl.rewards.base import RewardError, RewardOutput, Sample, check_output
 from asr_rl.rewards.config import RewardConfig
-from asr_rl.rewards.terms import get_term
+from asr_rl.rewards.plugins import load_reward_file
+from asr_rl.rewards.terms import DEFAULT_ASR_TERMS, get_term
 
 
 class WeightedReward:
@@ -83,7 +84,23 @@ def build_reward(cfg: RewardConfig):
         return RemoteReward(cfg.remote_url, token=cfg.remote_token or os.environ.get("ASR_RL_REWARD_TOKEN"),
                             timeout=cfg.remote_timeout, max_retries=cfg.remote_max_retries)
     if cfg.file:
-        from asr_rl.rewards.plugins import load_reward_file
-
         return TimedReward(load_reward_file(cfg.file), cfg.timeout)
     return TimedReward(WeightedReward(cfg.terms, cfg.term_options), cfg.timeout)
+
+
+def _term_weight(spec: str, item: str) -> tuple[str, float]:
+    name, _, weight = item.partition("=")
+    try:
+        return name.strip(), float(weight) if weight.strip() else 1.0
+    except ValueError:
+        raise ValueError(f"reward spec {spec!r}: weight of term {name.strip()!r} is not a number: {weight!r}") from None
+
+
+def load_reward_spec(spec: str):
+    """`builtin:asr` (the default multi-term ASR reward), `builtin:<term>[=<weight>][,...]` (weight 1.0
+    when not given, e.g. `builtin:cer,keyword=0.5`), or a `.py` path."""
+    if spec.startswith("builtin:"):
+        names = spec.split(":", 1)[1]
+        terms = DEFAULT_ASR_TERMS if names == "asr" else dict(_term_weight(spec, n) for n in names.split(",") if n.strip())
+        return WeightedReward(terms)
+    return load_reward_file(spec)

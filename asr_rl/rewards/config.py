@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field
+from typing import Any
 
 from asr_rl.settings import setting
 
@@ -24,7 +25,7 @@ class RewardConfig:
     """
 
     terms: dict[str, float] | None = field(default_factory=lambda: {"cer": 1.0})
-    term_options: dict[str, dict] = field(default_factory=dict)
+    term_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     file: str | None = None
     remote_url: str | None = None
     remote_token: str | None = None
@@ -57,3 +58,26 @@ class RewardConfig:
             clear = "; a config file's terms can be cleared with reward.terms=null" if "terms" in extra else ""
             names = ", ".join(f"reward.{k}" for k in extra)
             raise ValueError(f"{names} does not apply to a reward given by reward.{kind}{why}{clear}")
+        self._check_names(kind)
+
+    def _check_names(self, kind: str) -> None:
+        """Term names and server URLs are checked here, at config load, so that a typo stops the
+        run before any model loads or Ray starts."""
+        if kind == "remote_url":
+            from asr_rl.rewards.client import endpoints
+
+            try:
+                endpoints(self.remote_url)
+            except ValueError as e:
+                raise ValueError(f"reward.remote_url: {e}") from None
+        elif kind == "terms":
+            from asr_rl.rewards.terms import TERMS
+
+            for name in self.terms:
+                try:
+                    TERMS.check(name)
+                except ValueError as e:
+                    raise ValueError(f"reward.terms: {e}") from None
+            unknown = sorted(set(self.term_options) - set(self.terms))
+            if unknown:
+                raise ValueError(f"reward.term_options names terms that are not in reward.terms: {unknown}")

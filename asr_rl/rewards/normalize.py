@@ -75,3 +75,18 @@ def cer(ref: str, hyp: str) -> float:
 def wer(ref: str, hyp: str) -> float:
     s, d, i, n = word_errors(ref, hyp)
     return (s + d + i) / max(n, 1)
+
+
+def keyword_hits(hypothesis: str, keywords: tuple[str, ...] | list[str]) -> int:
+    """How many of `keywords` occur in the hypothesis (both normalised; substring match so that
+    multi-word keywords and CJK keywords work)."""
+    hyp = normalize_text(hypothesis)
+    padded = f" {hyp} "
+    hits = 0
+    for kw in keywords:
+        k = normalize_text(kw)
+        if not k:
+            continue
+        cjk = any(ord(c) > 0x2E80 for c in k)
+        hits += (k in hyp) if cjk else (f" {k} " in padded)
+    return hits

@@ -140,27 +140,6 @@ def load_reward_file(path: str | Path):
                      f"functions found: {found}")
 
 
-def _term_weight(spec: str, item: str) -> tuple[str, float]:
-    name, _, weight = item.partition("=")
-    try:
-        return name.strip(), float(weight) if weight.strip() else 1.0
-    except ValueError:
-        raise ValueError(f"reward spec {spec!r}: weight of term {name.strip()!r} is not a number: {weight!r}") from None
-
-
-def load_reward_spec(spec: str):
-    """`builtin:asr` (the default multi-term ASR reward), `builtin:<term>[=<weight>][,...]` (weight 1.0
-    when not given, e.g. `builtin:cer,keyword=0.5`), or a `.py` path."""
-    from asr_rl.rewards.combine import WeightedReward
-    from asr_rl.rewards.terms import DEFAULT_ASR_TERMS
-
-    if spec.startswith("builtin:"):
-        names = spec.split(":", 1)[1]
-        terms = DEFAULT_ASR_TERMS if names == "asr" else dict(_term_weight(spec, n) for n in names.split(",") if n.strip())
-        return WeightedReward(terms)
-    return load_reward_file(spec)
-
-
 def _as_list(name: str, values, allow_none: bool = False, n: int | None = None) -> list:
     if hasattr(values, "tolist"):
         values = values.tolist()

@@ -16,7 +16,7 @@ Choices (DESIGN: "where it is silent, choose what an OpenRLHF user would expect"
 - one reward call at a time per server (a lock), because user rewards need not be thread-safe (a model
   on one GPU, a counter); scale out with several servers, which `RemoteReward` splits a batch across.
   Bodies are decoded and validated in worker threads, outside that lock and off the event loop.
-- errors answer `{"error": "..."}`: 401 bad token, 400 invalid JSON, 413 body too large, 415 not JSON,
+- errors answer `{"error": "..."}`: 401 bad token, 400 invalid or too deeply nested JSON, 413 body too large, 415 not JSON,
   422 malformed fields, 500 when the reward raises or returns the wrong count or a non-finite value.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import sys
 import threading
 from dataclasses import fields
 
@@ -230,11 +231,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def _json(raw: bytes):
-    """The body as JSON, 400 if invalid."""
+    """The body as JSON, 400 if invalid or nested past what the decoder recurses into."""
     try:
         return json.loads(raw)
     except ValueError as e:
         raise BadRequest(400, f"request body is not valid JSON: {e}") from None
+    except RecursionError:  # a body of 100k `[`: a client's bug (or an attack), not the server's
+        raise BadRequest(400, "request body nests arrays/objects too deeply to decode (Python's recursion limit, "
+                              f"about {sys.getrecursionlimit()} levels); send a flat OpenRLHF body") from None
 
 
 def create_app(reward, token: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
@@ -292,7 +296,7 @@ def serve(reward_spec: str = "builtin:asr", host: str = "127.0.0.1", port: int =
     """
     import uvicorn
 
-    from asr_rl.rewards.plugins import load_reward_spec  # lazy: plugins may import user code
+    from asr_rl.rewards.combine import load_reward_spec  # lazy: plugins may import user code
 
     token = (token if token is not None else os.environ.get(TOKEN_ENV)) or None  # "" means none
     reward = load_reward_spec(reward_spec)

@@ -12,10 +12,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
-from asr_rl.evaluation.metrics import keyword_hits
 from asr_rl.registry import Registry
 from asr_rl.rewards.base import RewardError, Sample
-from asr_rl.rewards.normalize import cer, char_errors, is_cjk, normalize_text, wer, word_errors
+from asr_rl.rewards.normalize import cer, char_errors, is_cjk, keyword_hits, normalize_text, wer, word_errors
 
 TermFn = Callable[..., list[float]]
 # A term maps a batch of `Sample`s to one score per sample, each from its own sample only.

@@ -1,4 +1,5 @@
-"""Configs of the trainers. Defaults live here and only here; option names follow OpenRLHF where it
+"""Configs of the trainers. Defaults live here and only here (those of the `optim` section every
+trainer shares in trainer/strategy.py, beside the optimiser); option names follow OpenRLHF where it
 has one (micro_train_batch_size, lr_warmup_ratio, max_norm, ...)."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from asr_rl.config import RunConfig
 from asr_rl.settings import setting
 from asr_rl.rewards.config import RewardConfig
 from asr_rl.data.augment import AugmentConfig
+from asr_rl.trainer.strategy import AdamWConfig, OptimConfig
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,9 @@ class SFTConfig(RunConfig):
     Attributes:
         train_batch_size: utterances per optimiser step (global).
         micro_train_batch_size: utterances per forward/backward; the rest is gradient accumulation.
-        learning_rate: peak learning rate (AdamW).
-        weight_decay: AdamW weight decay.
-        adam_betas: AdamW betas.
-        lr_warmup_ratio: share of `max_steps` spent warming up linearly.
-        min_lr_ratio: the cosine decays to `learning_rate * min_lr_ratio`.
-        max_norm: gradient clipping norm.
+        optim: AdamW and its schedule over `max_steps` (trainer/strategy.py); SFT's defaults suit a
+            model trained from scratch: learning rate 2e-3, weight decay 0.01, betas (0.9, 0.98),
+            cosine floor 0.05.
         ctc_weight: weight of the auxiliary CTC loss on the encoder output; null = 0.5 when the
             encoder trains and off when it is frozen (CTC only trains the encoder).
         ctc_labels_per_frame: CTC slots each encoder frame predicts (the encoder is slower than speech).
@@ -81,12 +80,8 @@ class SFTConfig(RunConfig):
 
     train_batch_size: int = setting(16, ge=1)
     micro_train_batch_size: int = setting(16, ge=1)
-    learning_rate: float = setting(2e-3, gt=0)
-    weight_decay: float = setting(0.01, ge=0)
-    adam_betas: tuple[float, ...] = setting((0.9, 0.98), ge=0, lt=1)
-    lr_warmup_ratio: float = setting(0.05, ge=0, lt=1)
-    min_lr_ratio: float = setting(0.05, ge=0, le=1)
-    max_norm: float = setting(1.0, gt=0)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(learning_rate=2e-3, weight_decay=0.01,
+                                                                   adam_betas=(0.9, 0.98), min_lr_ratio=0.05))
     ctc_weight: float | None = setting(None, ge=0)
     ctc_labels_per_frame: int = setting(3, ge=1)
     token_dropout: float = setting(0.0, ge=0, lt=1)
@@ -111,7 +106,8 @@ class RolloutConfig:
         top_p: nucleus sampling threshold (1.0 = off).
         top_k: top-k sampling (0 = off).
         max_new_tokens: response length limit.
-        engine: `hf` (the policy's own generate) or `vllm`.
+        engine: the rollout engine, a name in `ROLLOUT_ENGINES` (trainer/rl/engines.py): `hf` (the
+            policy's own generate) or `vllm`; checked at load.
         dynamic_filtering: drop groups whose rewards all tie (zero advantage for every sample) and
             refill the batch (DAPO, arXiv:2503.14476); null = on for group estimators, off otherwise.
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
@@ -127,14 +123,16 @@ class RolloutConfig:
     top_p: float = setting(1.0, gt=0, le=1)
     top_k: int = setting(0, ge=0, note="0 = off")
     max_new_tokens: int = setting(64, ge=1)
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: str = "hf"
     dynamic_filtering: bool | None = None
     max_filter_rounds: int = setting(3, ge=0)
     async_enable: bool = False
-    async_queue_size: int = setting(1, ge=0)
+    async_queue_size: int = setting(1, ge=0, le=8, note="samples more than a few updates stale train poorly")
 
+    def __post_init__(self) -> None:
+        from asr_rl.trainer.rl.engines import ROLLOUT_ENGINES  # checked at load, before any model loads
 
-REWARD_AGGREGATIONS = ("sum", "normalize_then_sum")
+        ROLLOUT_ENGINES.check(self.engine)
 
 
 @dataclass(frozen=True)
@@ -213,27 +211,23 @@ class AlgoConfig:
         # checked against the registries at load time, before any model loads
         from asr_rl.algos.advantages import ADVANTAGE_ESTIMATORS
         from asr_rl.algos.losses import KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
-
+        from asr_rl.algos.reward_shaping import REWARD_AGGREGATIONS
         from asr_rl.algos.rollout_correction import ROLLOUT_CORRECTIONS
 
         ADVANTAGE_ESTIMATORS.check(self.advantage_estimator)
         POLICY_LOSSES.check(self.policy_loss)
+        KL_ESTIMATORS.check(self.kl_estimator)
+        LOSS_AGG_MODES.check(self.loss_agg_mode)
+        REWARD_AGGREGATIONS.check(self.reward_aggregation)
         if self.rollout_correction is not None:
             ROLLOUT_CORRECTIONS.check(self.rollout_correction)
         t = self.rollout_correction_threshold
         if len(t) != 2 or not 0 <= t[0] < t[1]:
             raise ValueError(f"algo.rollout_correction_threshold must be [low, high] with 0 <= low < high, "
                              f"got {list(t)}")
-        for name, value, valid in (("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
-                                   ("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)):
-            if value not in valid:
-                raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
         r = self.reward_clip_range
         if r is not None and (len(r) != 2 or not r[0] < r[1]):
             raise ValueError(f"algo.reward_clip_range must be [low, high] with low < high, got {list(r)}")
-        if self.reward_aggregation not in REWARD_AGGREGATIONS:
-            raise ValueError(f"unknown reward_aggregation {self.reward_aggregation!r}; valid: "
-                             f"{', '.join(REWARD_AGGREGATIONS)}")
 
     @property
     def spec(self):
@@ -242,32 +236,30 @@ class AlgoConfig:
 
         return advantage_spec(self.advantage_estimator)
 
+    @property
+    def reward_spec(self):
+        """The reward aggregation's `AggregationSpec` (whether it needs the terms one by one)."""
+        from asr_rl.algos.reward_shaping import REWARD_AGGREGATIONS
+
+        return REWARD_AGGREGATIONS.spec(self.reward_aggregation)
+
 
 @dataclass(frozen=True)
-class OptimConfig:
-    """Optimisers of actor and critic (AdamW).
+class RLOptimConfig(AdamWConfig):
+    """`optim` of RL: actor and critic share AdamW and the schedule (the shared section,
+    trainer/strategy.py) over the run's optimiser steps, each with its own peak rate (OpenRLHF names).
 
     Attributes:
         micro_train_batch_size: sequences per forward/backward.
         train_batch_size: sequences per optimiser step; 0 = the whole rollout (one step per rollout).
         actor_learning_rate: policy learning rate.
         critic_learning_rate: critic learning rate (PPO).
-        weight_decay: AdamW weight decay.
-        adam_betas: AdamW betas.
-        lr_warmup_ratio: share of the schedule's steps spent warming up.
-        min_lr_ratio: cosine floor as a share of the peak.
-        max_norm: gradient clipping norm.
     """
 
     micro_train_batch_size: int = setting(8, ge=1)
     train_batch_size: int = setting(0, ge=0, note="0 = the whole rollout")
     actor_learning_rate: float = setting(2e-4, gt=0)
     critic_learning_rate: float = setting(1e-3, gt=0)
-    weight_decay: float = setting(0.0, ge=0)
-    adam_betas: tuple[float, ...] = setting((0.9, 0.95), ge=0, lt=1)
-    lr_warmup_ratio: float = setting(0.05, ge=0, lt=1)
-    min_lr_ratio: float = setting(0.1, ge=0, le=1)
-    max_norm: float = setting(1.0, gt=0)
 
 
 @dataclass(frozen=True)
@@ -342,7 +334,7 @@ class RLConfig(RunConfig):
     freeze_critic_steps: int = setting(0, ge=0)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    optim: RLOptimConfig = field(default_factory=RLOptimConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -367,10 +359,10 @@ class RLConfig(RunConfig):
         if self.algo.sft_coef > 0 and self.prompt_data:
             raise ValueError("algo.sft_coef trains on reference transcripts, which audio manifests carry and "
                              f"text prompt sets (prompt_data={self.prompt_data}) do not; set algo.sft_coef=0")
-        if self.algo.reward_aggregation == "normalize_then_sum" and (self.reward.remote_url or self.reward.file
-                                                                      or self.reward_pretrain):
-            raise ValueError("algo.reward_aggregation=normalize_then_sum combines the built-in terms by their weights "
-                             "(reward.terms); a remote, file or model reward gives one score: use reward_aggregation=sum")
+        if self.algo.reward_spec.per_term and (self.reward.remote_url or self.reward.file or self.reward_pretrain):
+            raise ValueError(f"algo.reward_aggregation={self.algo.reward_aggregation} combines the built-in terms by "
+                             "their weights (reward.terms); a remote, file or model reward gives one score: use "
+                             "reward_aggregation=sum")
         ranks = self.distributed.actor_num_nodes * self.distributed.actor_num_gpus_per_node
         if self.backend == "ray" and b % ranks:
             raise ValueError(f"rollout_batch_size {b} is not a multiple of the {ranks} policy ranks "
@@ -380,6 +372,9 @@ class RLConfig(RunConfig):
         if r.async_enable and (self.backend != "ray" or (r.async_queue_size and not self.algo.rollout_correction)):
             raise ValueError("rollout.async_enable needs backend=ray (engine actors) and, with async_queue_size > 0, "
                              "algo.rollout_correction (e.g. tis) to correct for the stale samples")
+        if r.async_enable and r.async_queue_size > max(1, self.max_steps - 1):
+            raise ValueError(f"rollout.async_queue_size={r.async_queue_size} would generate batches that max_steps="
+                             f"{self.max_steps} never trains on; use at most {max(1, self.max_steps - 1)}")
         if self.model.freeze_encoder is False:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from asr_rl.algos.preference_losses import dpo_loss, kto_loss, register_preference_loss
+from asr_rl.algos.preference_losses import PREFERENCE_LOSSES, dpo_loss, kto_loss, register_preference_loss
 
 T = torch.tensor
 
@@ -68,3 +68,26 @@ def test_kto_by_hand():
     # a negative KL estimate is clamped to 0
     neg = kto_loss(T([0.0]), T([0.0]), T([True]), T([-2.0]), T([-1.0]), beta=1.0)
     assert neg.metrics["kto/kl"] == 0.0 and float(neg.loss) == pytest.approx(0.5)
+
+
+def test_kto_is_a_registry_entry_that_declares_unpaired_input():
+    assert "kto" in PREFERENCE_LOSSES.where(paired=False)
+    assert {"sigmoid", "ipo", "hinge"} <= set(PREFERENCE_LOSSES.where(paired=True))
+    with pytest.raises(ValueError, match="'kto' is unpaired: use kto_loss"):
+        dpo_loss(T([0.0]), T([0.0]), T([0.0]), T([0.0]), beta=0.1, loss_type="kto")
+    with pytest.raises(ValueError, match="'sigmoid' is paired: use dpo_loss"):
+        kto_loss(T([0.0]), T([0.0]), T([True]), T([0.0]), T([0.0]), beta=0.1, loss_type="sigmoid")
+    with pytest.raises(ValueError, match="unknown preference loss 'nope'; valid: .*kto"):
+        PREFERENCE_LOSSES.check("nope")
+
+
+def test_a_new_unpaired_variant_is_one_registry_entry():
+    @register_preference_loss("test_unpaired_linear", paired=False)
+    def linear(m, desirable, beta, desirable_weight, undesirable_weight):
+        return torch.where(desirable, -beta * m, beta * m)
+
+    # r = pi - ref = [1.0, -0.5]; mismatched KL [0.3, 0.1] -> z0 = 0.2; m = r - z0 = [0.8, -0.7]
+    # beta 2: desirable -2 * 0.8 = -1.6, undesirable 2 * -0.7 = -1.4; mean -1.5
+    out = kto_loss(T([-1.0, -3.0]), T([-2.0, -2.5]), T([True, False]), T([-1.0, -1.4]), T([-1.3, -1.5]),
+                   beta=2.0, loss_type="test_unpaired_linear")
+    assert float(out.loss) == pytest.approx(-1.5)

@@ -7,7 +7,7 @@ import torch
 
 from asr_rl.cli import main
 from asr_rl.evaluation.evaluate import resolve_device, run_eval
-from tests.conftest import write_manifest
+from tests.conftest import write_manifest, write_tone
 
 
 def test_eval_writes_reports_and_counts_a_line_whose_audio_fails(tiny_model, tiny_corpus, tmp_path, capsys):
@@ -45,6 +45,25 @@ def test_eval_cli_bad_inputs(tiny_model, tmp_path, capsys):
                                                      "language": "en"} for i in range(2)])
     assert main(["eval", "--model", str(tiny_model), "--test-set", f"lost={lost}", "--quiet"]) == 1
     assert "every utterance of lost failed" in capsys.readouterr().err
+
+
+def test_eval_counts_audio_longer_than_the_encoder_window_as_failed_not_cut(whisper_model, tmp_path, capsys):
+    """Qwen2-Audio's Whisper encoder takes 30 s: a 31 s utterance is not cut and scored against
+    its whole reference, it fails naming its id and duration; the others are scored."""
+    write_tone(tmp_path / "short.wav", 1.0)
+    write_tone(tmp_path / "long.wav", 31.0)
+    manifest = write_manifest(tmp_path / "set.jsonl", [
+        {"id": "short1", "audio": "short.wav", "text": "call anna", "language": "en"},
+        {"id": "long1", "audio": "long.wav", "text": "call anna", "language": "en"}])
+    out = tmp_path / "report"
+    assert main(["eval", "--model", str(whisper_model), "--test-set", f"s={manifest}", "--output", str(out),
+                 "--max-new-tokens", "4", "--quiet"]) == 0
+    saved = json.loads((out / "report.json").read_text())["test_sets"]["s"]
+    assert saved["utterances"] == 1 and saved["failed"] == 1
+    hyps = {h["id"]: h for h in map(json.loads, (out / "s.hyps.jsonl").read_text().splitlines())}
+    assert hyps["long1"]["error"] == ("utterance long1 lasts 31.0 s; qwen2_audio takes at most 30 s per utterance "
+                                      "(its encoder's window): split it or leave it out")
+    assert hyps["short1"]["error"] is None and hyps["long1"]["hypothesis"] == ""
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")

@@ -3,7 +3,8 @@ from __future__ import annotations
 import jiwer
 import pytest
 
-from asr_rl.evaluation.metrics import UtteranceResult, keyword_hits, score_set
+from asr_rl.evaluation.metrics import UtteranceResult, score_set
+from asr_rl.rewards.normalize import keyword_hits
 
 
 def test_cer_and_wer_equal_jiwer_on_a_hand_made_case():

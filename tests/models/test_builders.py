@@ -53,6 +53,30 @@ def test_tokenizer_covers_corpus_and_language_tag_is_one_token(tiny_model, tiny_
     assert tok.tokenize("language Chinese<asr_text>") == ["language Chinese", "<asr_text>"]
 
 
+@pytest.mark.parametrize("arch, why", [("glm_asr", " (rotary positions, 128 mels)"),
+                                       ("qwen2_5_omni", " (windowed attention, 128 mels)"), ("voxtral", " (128 mels)"),
+                                       ("qwen3_asr", "")])
+def test_a_random_tower_family_refuses_a_pretrained_encoder_before_building(arch, why):
+    from asr_rl.models.families import FAMILIES
+
+    # the base's `build` refuses: no tokenizer is needed, nothing is built
+    with pytest.raises(ValueError) as e:
+        FAMILIES[arch].build("tiny", None, encoder="whisper-tiny.en")
+    assert str(e.value) == (f"{arch} builds with a randomly initialised audio tower{why}; a pretrained encoder "
+                            "(--encoder) is for qwen2_audio (Whisper's encoder)")
+
+
+def test_families_that_write_the_transcript_alone_take_the_base_target_and_parse():
+    from asr_rl.models.families import FAMILIES
+
+    for arch in ("glm_asr", "qwen2_5_omni", "voxtral"):
+        spec = FAMILIES[arch]
+        assert spec.target_text("hello world", "en", True) == "hello world"
+        assert spec.parse_output(" hello world\n") == (None, "hello world", True)
+    # a family that writes a language tag first still parses it
+    assert FAMILIES["qwen3_asr"].parse_output("language English<asr_text>hi") == ("English", "hi", True)
+
+
 def test_init_refuses_bad_arguments(tiny_corpus, tmp_path):
     with pytest.raises(ValueError, match="unknown size 'huge' for qwen3_asr; choose one of tiny, small"):
         init_model("qwen3_asr", "huge", [tiny_corpus / "train.jsonl"], tmp_path / "a")

@@ -41,3 +41,19 @@ def test_a_folder_without_config_is_named(tmp_path):
     out = subprocess.run([sys.executable, "-m", "asr_rl.cli", "model", "info", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and f"{tmp_path}" in out.stderr and "config.json" in out.stderr
+
+
+def test_a_config_of_another_model_type_that_builds_no_model_is_one_line_naming_the_file(tmp_path, capsys):
+    from asr_rl.cli import main
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    config = folder / "config.json"
+    config.write_text(json.dumps({"model_type": "qwen2", "rope_scaling": {"type": "bogus"}}))
+    assert main(["model", "info", str(folder)]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (f"asr-rl: error: {config} is not a valid model config: "
+                                                       "KeyError 'bogus'")
+    config.write_text(json.dumps({"model_type": "vit"}))  # valid, but neither an audio-LLM nor a causal LM
+    assert main(["model", "info", str(folder)]) == 2
+    assert capsys.readouterr().err.splitlines()[0].startswith(
+        f"asr-rl: error: {config}: model type 'vit' is neither an audio-LLM (glmasr, ")

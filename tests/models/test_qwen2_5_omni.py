@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
 from asr_rl.models.audio_policy import AudioPolicy
+from asr_rl.models.families import AudioTooLong
 from asr_rl.models.families.qwen2_5_omni import RELEASED_IDS, placeholder_count
 from tests.models.family_checks import (WAV, WAV_CODE, check_plain_reload, check_sft_grpo_eval,
                                         check_vllm_greedy)
@@ -51,6 +53,11 @@ def test_prompt_ids_and_logits_equal_the_model_s_own_forward(policy):
     assert torch.allclose(ours[real], own[real], atol=1e-5), (ours - own)[real].abs().max()
     target = policy.target_ids(["call anna"], ["en"]).ids[0].tolist()
     assert target[-1] == 151645 == policy.eos_id and policy.parse(" call anna ", "en") == (None, "call anna", True)
+
+
+def test_audio_longer_than_the_whisper_window_is_refused_naming_the_utterance_not_cut(policy):
+    with pytest.raises(AudioTooLong, match=r"^utterance long1 lasts 31.0 s; qwen2_5_omni takes at most 30 s per "):
+        policy.prepare([WAV, np.zeros(16000 * 31, np.float32)], ["en", "en"], ["short1", "long1"])
 
 
 def test_audio_tower_with_its_projector_and_the_vision_tower_are_frozen_by_default(policy):

@@ -1,15 +1,18 @@
 """The Qwen2-Audio family: real prompt format, the Whisper tower, parity with transformers' own path."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from asr_rl.data.batching import load_batch
+from asr_rl.data.batching import AudioBatch, load_batch
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import read_info
+from asr_rl.models.families import AudioTooLong
 from tests.models.family_checks import WAV_CODE, check_plain_reload, check_vllm_greedy
 
 
@@ -52,6 +55,16 @@ def test_prompt_is_the_processor_s_and_logits_equal_the_model_s_own_30s_forward(
         spliced = policy.model(inputs_embeds=policy.prompt_embeds(ours, policy.encode_audio(ours)),
                                attention_mask=ours.attention_mask).logits
     assert torch.allclose(spliced, own, atol=1e-5), (spliced - own).abs().max()
+
+
+def test_audio_longer_than_the_whisper_window_is_refused_naming_the_utterance_not_cut(policy, batch):
+    """Cut to 30 s, the transcript would cover 30 s and be scored against the whole reference."""
+    long = dataclasses.replace(batch.utterances[0], id="long1", audio="/elsewhere/long1.wav")
+    wavs = [batch.waveforms[1], np.zeros(16000 * 31, np.float32)]
+    with pytest.raises(AudioTooLong, match=r"^utterance long1 lasts 31.0 s; qwen2_audio takes at most 30 s per "
+                                           r"utterance \(its encoder's window\)"):
+        policy.encode_batch(AudioBatch([batch.utterances[1], long], wavs))
+    assert policy.prepare([np.zeros(16000 * 30, np.float32)], ["en"]).features.shape[-1] == 3000  # 30 s is taken
 
 
 def test_target_and_parse_round_trip_and_forced_language(policy):

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from asr_rl.rewards.base import RewardError, Sample
-from asr_rl.rewards.plugins import load_reward_file, load_reward_spec
+from asr_rl.rewards.combine import load_reward_spec
+from asr_rl.rewards.plugins import load_reward_file
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rewards"
 SAMPLES = [Sample("call ana", "call anna", "en", ("anna",), prompt="u1", response="language English<asr_text>call ana"),

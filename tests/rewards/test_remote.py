@@ -287,6 +287,17 @@ def test_bad_requests_are_refused():
         assert post(json={"prompts": ["a"]}).status_code == 422
 
 
+def test_json_nested_too_deep_to_decode_is_a_400_not_a_500(caplog):
+    flaky = Flaky(fails=0)
+    deep = b'{"query": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # 200 KB, under the size limit
+    with running(create_app(flaky)) as url, caplog.at_level(logging.ERROR):
+        resp = httpx.post(url + "/get_reward", content=deep, headers={"Content-Type": "application/json"}, timeout=30)
+    assert resp.status_code == 400
+    assert re.fullmatch(r"request body nests arrays/objects too deeply to decode \(Python's recursion limit, about "
+                        r"\d+ levels\); send a flat OpenRLHF body", resp.json()["error"])
+    assert flaky.calls == 0 and "RecursionError" not in caplog.text
+
+
 def test_serve_loads_the_spec_and_warns_on_an_open_bind(monkeypatch, caplog):
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))  # serve() blocks otherwise

@@ -119,6 +119,38 @@ def test_weighted_reward_combines_and_logs_each_term():
     assert logs["reward/cer"] == pytest.approx(8 / 9) and logs["reward/keyword"] == 0.0
 
 
+@pytest.mark.parametrize("override, message", [
+    (["reward.terms={cer: 1.0, bleu: 0.5}"], "reward: reward.terms: unknown reward term 'bleu'; valid: cer, dg_wer"),
+    (["reward.term_options={wer: {floor: 0}}"], "reward.term_options names terms that are not in reward.terms: ['wer']"),
+    (["reward.remote_url=http://127.0.0.1:1,127.0.0.1:18761"],
+     "reward.remote_url: reward server URL '127.0.0.1:18761' has no http:// or https:// scheme: add http:// "
+     "(http://127.0.0.1:18761)"),
+])
+def test_reward_names_and_urls_are_checked_at_config_load(override, message):
+    from asr_rl.config import ConfigError, load_config
+    from asr_rl.trainer.config import RLConfig
+
+    with pytest.raises(ConfigError) as e:
+        load_config(RLConfig, None, override)
+    assert message in str(e.value)
+
+
+def test_terms_of_a_reward_file_or_server_are_not_checked_and_a_registered_term_is_valid():
+    from asr_rl.config import load_config
+    from asr_rl.rewards.terms import register_term
+    from asr_rl.trainer.config import RLConfig
+
+    # the default terms stay in the config but do not apply to a file or remote reward
+    assert load_config(RLConfig, None, ["reward.file=f.py"]).reward.file == "f.py"
+    assert load_config(RLConfig, None, ["reward.remote_url=https://h:1"]).reward.remote_url == "https://h:1"
+
+    @register_term("test_constant")
+    def constant(samples):
+        return [1.0] * len(samples)
+
+    assert load_config(RLConfig, None, ["reward.terms={test_constant: 2.0}"]).reward.terms == {"test_constant": 2.0}
+
+
 def test_unknown_term_and_a_term_that_raises():
     with pytest.raises(ValueError, match="unknown reward term 'bleu'; valid: cer, dg_wer, empty, fluency, hallucination, keyword"):
         get_term("bleu")

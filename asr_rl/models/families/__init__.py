@@ -5,7 +5,7 @@ below; nothing else in the toolkit names a model type.
 """
 from __future__ import annotations
 
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, AudioTooLong
 from asr_rl.models.families.glm_asr import GlmAsrSpec
 from asr_rl.models.families.qwen2_5_omni import Qwen2_5OmniSpec
 from asr_rl.models.families.qwen2_audio import Qwen2AudioSpec
@@ -30,4 +30,4 @@ def is_audio_llm(model_type: str) -> bool:
     return model_type in SPECS
 
 
-__all__ = ["AudioLLMSpec", "AudioPrompts", "FAMILIES", "SPECS", "spec_for", "is_audio_llm"]
+__all__ = ["AudioLLMSpec", "AudioPrompts", "AudioTooLong", "FAMILIES", "SPECS", "spec_for", "is_audio_llm"]

@@ -54,6 +54,10 @@ class AudioPrompts:
                             self.feature_mask[index], [self.languages[i] for i in idx])
 
 
+class AudioTooLong(ValueError):
+    """An utterance longer than its family's encoder takes whole (`AudioLLMSpec.max_audio_seconds`)."""
+
+
 class AudioLLMSpec:
     """One model family. Subclasses set the class attributes and implement the methods.
 
@@ -62,12 +66,18 @@ class AudioLLMSpec:
         model_types: the `config.model_type` values this spec serves.
         sizes: builder settings per size name (`tiny`, `small`).
         default_encoder: the pretrained encoder `model init` starts from (None: random init).
+        takes_pretrained_encoder: `build` can start the audio tower from a pretrained (Whisper)
+            encoder; otherwise the tower is always randomly initialised.
+        random_tower: what sets a random-only tower apart (e.g. "rotary positions, 128 mels"), for
+            the message refusing a pretrained encoder.
     """
 
     name: str = ""
     model_types: tuple[str, ...] = ()
     sizes: dict[str, dict] = {}
     default_encoder: str | None = None
+    takes_pretrained_encoder: bool = False
+    random_tower: str = ""
 
     # --- the Hugging Face classes and the pieces of the network --------------------------
     # The defaults are the layout transformers' audio-LLMs share (`model.model.audio_tower`,
@@ -139,6 +149,20 @@ class AudioLLMSpec:
 
         return AutoProcessor.from_pretrained(path)
 
+    def max_audio_seconds(self, processor) -> float | None:
+        """The longest utterance the encoder takes whole, in seconds: a family with a fixed window
+        (Whisper's 30 s) sets it; None: any length (the family chunks long audio)."""
+        return None
+
+    def check_durations(self, processor, waveforms: list[np.ndarray], names: list[str], sample_rate: int) -> None:
+        """Refuse (`AudioTooLong`) audio longer than `max_audio_seconds`, naming the utterance: cut to
+        the window, its transcript would cover the window only and be scored against the whole reference."""
+        limit = self.max_audio_seconds(processor)
+        for name, w in zip(names, waveforms):
+            if limit is not None and len(w) > limit * sample_rate:
+                raise AudioTooLong(f"utterance {name} lasts {len(w) / sample_rate:.1f} s; {self.name} takes at most "
+                                   f"{limit:g} s per utterance (its encoder's window): split it or leave it out")
+
     def prepare(self, processor, waveforms: list[np.ndarray], languages: list[str | None],
                 force_language: bool, sample_rate: int) -> AudioPrompts:
         """Features and prompt ids for B waveforms, through the family's processor."""
@@ -154,12 +178,14 @@ class AudioLLMSpec:
         raise NotImplementedError
 
     def target_text(self, text: str, language: str | None, force_language: bool) -> str:
-        """The assistant turn the model should write for reference `text` (without the EOS)."""
-        raise NotImplementedError
+        """The assistant turn the model should write for reference `text` (without the EOS); by
+        default the transcript alone (a family that writes a language tag first overrides it)."""
+        return text
 
     def parse_output(self, text: str) -> tuple[str | None, str, bool]:
-        """Decoded response -> (predicted language name or code, or None; transcript; well_formed)."""
-        raise NotImplementedError
+        """Decoded response -> (predicted language name or code, or None; transcript; well_formed);
+        by default the whole response is the transcript, with no language."""
+        return None, text.strip(), True
 
     def prompt_preview(self, processor, config, seconds: float = 2.0, sample_rate: int = 16000) -> str:
         """The prompt one utterance of `seconds` gets (`asr-rl model info`), the audio placeholders
@@ -178,7 +204,16 @@ class AudioLLMSpec:
     # --- builders ----------------------------------------------------------------------------
     def build(self, size: str, tokenizer, encoder: str | None = None, seed: int = 0):
         """`(model, processor)`: a new model of `size` for `tokenizer`, its audio encoder loaded
-        from `encoder` (a packaged name or a Hugging Face folder) or randomly initialised (None)."""
+        from `encoder` (a packaged name or a Hugging Face folder) or randomly initialised (None).
+        A family whose tower no pretrained encoder fits (`takes_pretrained_encoder` False) refuses one."""
+        if encoder is not None and not self.takes_pretrained_encoder:
+            why = f" ({self.random_tower})" if self.random_tower else ""
+            raise ValueError(f"{self.name} builds with a randomly initialised audio tower{why}; a pretrained encoder "
+                             "(--encoder) is for qwen2_audio (Whisper's encoder)")
+        return self.new_model(size, tokenizer, encoder, seed)
+
+    def new_model(self, size: str, tokenizer, encoder: str | None, seed: int):
+        """What `build` returns, once `encoder` is known to fit (None unless `takes_pretrained_encoder`)."""
         raise NotImplementedError
 
     def check_size(self, size: str) -> dict:

@@ -56,6 +56,7 @@ def placeholder_count(mel_frames: torch.Tensor) -> torch.Tensor:
 class GlmAsrSpec(AudioLLMSpec):
     name = "glm_asr"
     model_types = ("glmasr",)
+    random_tower = "rotary positions, 128 mels"
     sizes = {
         # the released vocabulary and ids with a tiny encoder and LLM, for tests
         "tiny": dict(audio=dict(hidden_size=64, intermediate_size=MERGE * 64, num_hidden_layers=2,
@@ -81,12 +82,10 @@ class GlmAsrSpec(AudioLLMSpec):
                              extra_special={"audio_token": AUDIO}, chat_template=CHAT_TEMPLATE, pad=ENDOFTEXT,
                              eos=USER)
 
+    def max_audio_seconds(self, processor):
+        return processor.feature_extractor.chunk_length  # one window: the encoder has no padding mask
+
     def prepare(self, processor, waveforms, languages, force_language, sample_rate):
-        window = processor.feature_extractor.chunk_length * sample_rate
-        for i, w in enumerate(waveforms):
-            if len(w) > window:
-                raise ValueError(f"utterance {i} lasts {len(w) / sample_rate:.1f} s; glm_asr takes one "
-                                 f"{processor.feature_extractor.chunk_length} s window per utterance")
         batch = processor.apply_transcription_request(list(waveforms), processor_kwargs={"sampling_rate": sample_rate})
         return AudioPrompts(batch["input_ids"], batch["attention_mask"], batch["input_features"],
                             batch["input_features_mask"], list(languages))
@@ -102,18 +101,11 @@ class GlmAsrSpec(AudioLLMSpec):
         return dict(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
                     input_features=prompts.features, input_features_mask=prompts.feature_mask)
 
-    def target_text(self, text, language, force_language):
-        return text  # GLM-ASR writes the transcript alone
+    # target_text / parse_output: the base's, GLM-ASR writes the transcript alone
 
-    def parse_output(self, text):
-        return None, text.strip(), True
-
-    def build(self, size, tokenizer, encoder=None, seed=0):
+    def new_model(self, size, tokenizer, encoder, seed):
         from transformers import GlmAsrConfig, GlmAsrProcessor, WhisperFeatureExtractor
 
-        if encoder is not None:
-            raise ValueError("glm_asr builds with a randomly initialised audio tower (rotary positions, 128 mels); "
-                             "--encoder is for qwen2_audio (Whisper's encoder)")
         spec = self.check_size(size)
         eos = [tokenizer.convert_tokens_to_ids(t) for t in (ENDOFTEXT, USER, "<|observation|>")]
         text = dict(model_type="llama", vocab_size=VOCAB_SIZE, max_position_embeddings=4096, tie_word_embeddings=True,

@@ -105,6 +105,7 @@ class OmniAudioProcessor:
 class Qwen2_5OmniSpec(AudioLLMSpec):
     name = "qwen2_5_omni"
     model_types = ("qwen2_5_omni_thinker", "qwen2_5_omni")  # a thinker folder, or the whole model
+    random_tower = "windowed attention, 128 mels"
     sizes = {
         # the released vocabulary and ids with a tiny audio tower and LLM (and a 1-block vision
         # tower ASR never runs), for tests; mrope_section sums to head_dim / 2
@@ -173,6 +174,9 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
     def load_processor(self, path):
         return OmniAudioProcessor.from_pretrained(path)
 
+    def max_audio_seconds(self, processor):
+        return processor.feature_extractor.chunk_length  # whisper_features cuts longer audio, as the processor does
+
     def prepare(self, processor, waveforms, languages, force_language, sample_rate):
         feats = whisper_features(processor.feature_extractor, waveforms, sample_rate)
         counts = placeholder_count(feats["attention_mask"].sum(-1)).tolist()
@@ -195,18 +199,11 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
         return dict(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
                     input_features=prompts.features, feature_attention_mask=prompts.feature_mask)
 
-    def target_text(self, text, language, force_language):
-        return text  # the thinker writes the transcript alone
+    # target_text / parse_output: the base's, the thinker writes the transcript alone
 
-    def parse_output(self, text):
-        return None, text.strip(), True
-
-    def build(self, size, tokenizer, encoder=None, seed=0):
+    def new_model(self, size, tokenizer, encoder, seed):
         from transformers import Qwen2_5OmniThinkerConfig, WhisperFeatureExtractor
 
-        if encoder is not None:
-            raise ValueError("qwen2_5_omni builds with a randomly initialised audio tower (windowed attention, "
-                             "128 mels); --encoder is for qwen2_audio (Whisper's encoder)")
         spec = self.check_size(size)
         width = spec["text"]["hidden_size"]
         text = dict(vocab_size=VOCAB_SIZE, max_position_embeddings=4096, tie_word_embeddings=True,

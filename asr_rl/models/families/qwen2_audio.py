@@ -46,7 +46,8 @@ def language_tag(code: str | None) -> str:
 def whisper_features(fe, waveforms, sample_rate: int):
     """Whisper log-mels and frame mask padded to the batch's longest utterance plus a margin, not to
     30 s: at every real frame they equal the 30 s padding's (the margin's zeros are what the last
-    frames' STFT windows see there too). Longer audio is cut at 30 s, as the processor does."""
+    frames' STFT windows see there too). Longer audio would be cut at 30 s, as the processor cuts it:
+    the families that use it refuse it first (`max_audio_seconds`)."""
     longest = max(len(w) for w in waveforms)
     bucket = _BUCKET_FRAMES * fe.hop_length
     target = min(fe.n_samples, -(-(longest + _MARGIN_FRAMES * fe.hop_length) // bucket) * bucket)
@@ -63,6 +64,7 @@ class Qwen2AudioSpec(AudioLLMSpec):
     name = "qwen2_audio"
     model_types = ("qwen2_audio",)
     default_encoder = "whisper-tiny.en"
+    takes_pretrained_encoder = True
     sizes = {
         # The LLM per size; the audio tower is the pretrained encoder's (Whisper tiny.en: 384 x 4
         # layers, 8.2M parameters), or the `audio` settings below when built without one.
@@ -93,6 +95,9 @@ class Qwen2AudioSpec(AudioLLMSpec):
             chat_template=Qwen2AudioProcessor.default_chat_template.fget(None))
 
     # --- inputs and outputs ----------------------------------------------------------------
+    def max_audio_seconds(self, processor):
+        return processor.feature_extractor.chunk_length  # Whisper's 30 s: longer features are cut
+
     def prompt_text(self, processor, language: str | None) -> str:
         """The rendered prompt with one `<|AUDIO|>`, plus the language tag when forced."""
         conversation = [{"role": "user", "content": [{"type": "audio", "audio_url": "utterance"},
@@ -148,7 +153,7 @@ class Qwen2AudioSpec(AudioLLMSpec):
         return code, m.group(2).strip(), True
 
     # --- builders ----------------------------------------------------------------------------
-    def build(self, size, tokenizer, encoder=None, seed=0):
+    def new_model(self, size, tokenizer, encoder, seed):
         from transformers import Qwen2AudioConfig, Qwen2AudioProcessor, WhisperFeatureExtractor
 
         spec = self.check_size(size)

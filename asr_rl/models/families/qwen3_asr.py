@@ -122,13 +122,10 @@ class Qwen3ASRSpec(AudioLLMSpec):
             language = None
         return language, transcript.strip(), True
 
-    def build(self, size, tokenizer, encoder=None, seed=0):
+    def new_model(self, size, tokenizer, encoder, seed):
         import torch
         from transformers import Qwen3ASRConfig, Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
 
-        if encoder is not None:
-            raise ValueError("qwen3_asr builds with a randomly initialised audio tower; a pretrained encoder "
-                             "(--encoder) is for qwen2_audio (Whisper's encoder)")
         spec = self.check_size(size)
         audio = dict(num_mel_bins=128, output_dim=spec["text"]["hidden_size"], **spec["audio"])
         text = {"vocab_size": len(tokenizer), "max_position_embeddings": 4096, "tie_word_embeddings": True,

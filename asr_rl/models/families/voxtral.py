@@ -89,6 +89,7 @@ def tekken_file() -> Path:
 class VoxtralSpec(AudioLLMSpec):
     name = "voxtral"
     model_types = ("voxtral",)
+    random_tower = "128 mels"
     sizes = {
         # the released vocabulary and ids with a tiny encoder and LLM; the encoder keeps its
         # 1500 positions (one 30 s chunk) and intermediate = 4 x hidden (the merge)
@@ -157,18 +158,12 @@ class VoxtralSpec(AudioLLMSpec):
     def model_inputs(self, prompts):
         return dict(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask, input_features=_chunks(prompts))
 
-    def target_text(self, text, language, force_language):
-        return text  # Voxtral writes the transcript alone (a forced language is in the prompt)
+    # target_text / parse_output: the base's, Voxtral writes the transcript alone (a forced
+    # language is in the prompt)
 
-    def parse_output(self, text):
-        return None, text.strip(), True
-
-    def build(self, size, tokenizer, encoder=None, seed=0):
+    def new_model(self, size, tokenizer, encoder, seed):
         from transformers import VoxtralConfig, VoxtralProcessor, WhisperFeatureExtractor
 
-        if encoder is not None:
-            raise ValueError("voxtral builds with a randomly initialised audio tower (128 mels); "
-                             "--encoder is for qwen2_audio (Whisper's encoder)")
         spec = self.check_size(size)
         # untied head: VoxtralForConditionalGeneration declares no tied weights
         text = dict(model_type="llama", vocab_size=VOCAB_SIZE, max_position_embeddings=32768, tie_word_embeddings=False,

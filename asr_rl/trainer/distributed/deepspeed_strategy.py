@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from asr_rl.trainer.strategy import build_optimizer, build_scheduler
+from asr_rl.trainer.strategy import AdamWConfig, build_optimizer, build_scheduler
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int) -> None:
@@ -52,19 +52,19 @@ def ds_config(zero_stage: int, micro_batch: int, world_size: int, max_norm: floa
 
 
 class DeepSpeedStrategy:
-    """One DeepSpeed engine around `module`; `params` are the trainable ones."""
+    """One DeepSpeed engine around `module`; `params` are the trainable ones, under the same `optim`
+    section as `LocalStrategy.from_config` (`lr`: the peak rate, default `optim_cfg.learning_rate`)."""
 
-    def __init__(self, module: torch.nn.Module, params: list[torch.nn.Parameter], *, lr: float, weight_decay: float,
-                 betas: tuple[float, ...], max_norm: float, total_steps: int, warmup_ratio: float,
-                 min_lr_ratio: float, zero_stage: int, micro_batch: int, world_size: int, bf16: bool = False,
-                 offload_optimizer: bool = False):
+    def __init__(self, module: torch.nn.Module, params: list[torch.nn.Parameter], optim_cfg: AdamWConfig,
+                 total_steps: int, lr: float | None = None, *, zero_stage: int, micro_batch: int, world_size: int,
+                 bf16: bool = False, offload_optimizer: bool = False):
         import deepspeed
 
         params = [p for p in params if p.requires_grad]
         # torch AdamW (not DeepSpeedCPUAdam, which compiles for minutes): same math as the local backend.
-        optimizer = build_optimizer(params, lr, weight_decay, betas)
-        scheduler = build_scheduler(optimizer, total_steps, warmup_ratio, min_lr_ratio)
-        config = ds_config(zero_stage, micro_batch, world_size, max_norm, bf16, offload_optimizer)
+        optimizer = build_optimizer(params, optim_cfg, optim_cfg.learning_rate if lr is None else lr)
+        scheduler = build_scheduler(optimizer, optim_cfg, total_steps)
+        config = ds_config(zero_stage, micro_batch, world_size, optim_cfg.max_norm, bf16, offload_optimizer)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config)
         self.zero_stage = zero_stage

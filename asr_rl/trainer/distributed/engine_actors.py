@@ -1,12 +1,12 @@
-"""Rollout engines as Ray actors: vLLM (`rollout.engine=vllm`), or the HF engine when rollouts run
-asynchronously (`rollout.async_enable`), apart from the trainer ranks.
+"""Rollout engines as Ray actors, apart from the trainer ranks: an engine whose registry spec asks
+for actors of its own (vLLM), or any engine when rollouts run asynchronously (`rollout.async_enable`).
 
-Each actor holds its own copy of the policy. vLLM samples from prompt embeddings that the trainer
-ranks build (the audio states are cached there; vLLM serves only the LLM) and receives the LLM's
-weights, LoRA merged. The HF engine embeds prompt rows itself and receives every trainable tensor
-(projector and LLM, LoRA adapters as they are). After every update trainer rank 0 broadcasts over a
-dedicated gloo group (NCCL on GPUs in a full deployment), gathered parameter by parameter under
-ZeRO-3.
+Each actor holds its own copy of the policy and builds `rollout.engine` on it (trainer/rl/engines.py).
+What it is fed and which weights it receives are the engine's `EngineSpec`: prompt embeddings that
+the trainer ranks build (the audio states are cached there; vLLM serves only the LLM) or prompt
+rows its own policy copy embeds; the LLM's weights, LoRA merged, or every trainable tensor. After
+every update trainer rank 0 broadcasts over a dedicated gloo group (NCCL on GPUs in a full
+deployment), gathered parameter by parameter under ZeRO-3.
 
 An actor runs one call at a time, in order: a weight sync queued behind a generation waits for it,
 so a batch submitted before an update is sampled with the weights before it. `version` is the
@@ -20,36 +20,28 @@ from dataclasses import dataclass
 import ray
 
 from asr_rl.trainer.distributed.actor_group import RankFailed, free_port
+from asr_rl.trainer.rl.engines import build_engine, engine_spec
 
 
 @ray.remote(num_cpus=0)
 class RolloutEngineActor:
-    def __init__(self, cfg, text: bool, kind: str):
+    def __init__(self, cfg, text: bool):
         from asr_rl.utils import quiet_transformers
 
         quiet_transformers()
         from asr_rl.models.loading import load_rl_policy
 
-        self.cfg, self.kind = cfg, kind
-        self.policy = load_rl_policy(cfg, cfg.pretrain, "cpu", text)
-        if kind == "vllm":
-            from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
-
-            self.engine = VLLMRolloutEngine(self.policy, cfg)
-        else:
-            from asr_rl.trainer.rl.workers import HFRolloutEngine
-
-            self.engine = HFRolloutEngine(self.policy.eval())
+        self.cfg = cfg
+        self.policy = load_rl_policy(cfg, cfg.pretrain, "cpu", text).eval()
+        self.engine = build_engine(cfg, self.policy)
+        self._generate = (self.engine.generate_from_embeds if engine_spec(cfg).feed_embeds
+                          else self.engine.generate)
 
     def generate(self, prompts: list, n: int, seeds: list[int]) -> list:
-        """`prompts`: prompt embeddings `(P_i, H)` (vLLM) or prompt rows (HF)."""
-        if self.kind == "vllm":
-            return self.engine.generate_from_embeds(prompts, n, self.cfg.rollout, seeds)
-        return self.engine.generate(prompts, n, self.cfg.rollout, seeds)
+        """`prompts`: what the engine's spec feeds it, prompt embeddings `(P_i, H)` or prompt rows."""
+        return self._generate(prompts, n, self.cfg.rollout, seeds)
 
     def receive_weights(self, host: str, port: int, rank: int, world_size: int) -> int:
-        import torch
-
         from asr_rl.trainer.distributed.weight_sync import WeightSyncReceiver
 
         receiver = WeightSyncReceiver(host, port, rank, world_size)
@@ -57,16 +49,7 @@ class RolloutEngineActor:
             tensors = receiver.receive()
         finally:
             receiver.close()
-        if self.kind == "vllm":
-            return self.engine.load_weights(tensors)
-        params = dict(self.policy.model.named_parameters())
-        unknown = [n for n, _ in tensors if n not in params]
-        if unknown:
-            raise ValueError(f"the engine's policy has no parameters {unknown[:5]}")
-        with torch.no_grad():
-            for name, t in tensors:
-                params[name].copy_(t)
-        return len(tensors)
+        return self.engine.load_weights(tensors)
 
 
 @dataclass
@@ -81,8 +64,8 @@ class EngineGroup:
     """`vllm_num_engines` engine actors; a batch's prompts are split across them, weights go to all."""
 
     def __init__(self, cfg, ranks: list, text: bool = False):
-        self.ranks, self.kind = ranks, cfg.rollout.engine
-        self.engines = [RolloutEngineActor.remote(cfg, text, self.kind) for _ in range(cfg.distributed.vllm_num_engines)]
+        self.ranks, self.spec = ranks, engine_spec(cfg)
+        self.engines = [RolloutEngineActor.remote(cfg, text) for _ in range(cfg.distributed.vllm_num_engines)]
         self._get([e.__ray_ready__.remote() for e in self.engines], "start")
         self.version = 0
 
@@ -94,8 +77,8 @@ class EngineGroup:
                              "checkpoint is intact; resume with resume=auto") from None
 
     def submit(self, workers, rows: list, n: int, seeds: list[int]) -> Pending:
-        """Start sampling (returns at once); vLLM gets the trainer ranks' prompt embeddings."""
-        prompts = workers.prompt_embeds(rows) if self.kind == "vllm" else rows
+        """Start sampling (returns at once); an engine fed embeddings gets the trainer ranks'."""
+        prompts = workers.prompt_embeds(rows) if self.spec.feed_embeds else rows
         k = len(self.engines)
         size = (len(rows) + k - 1) // k
         refs = [e.generate.remote(prompts[s:s + size], n, seeds[s * n:(s + size) * n])
@@ -110,8 +93,7 @@ class EngineGroup:
         port = free_port()
         world = 1 + len(self.engines)
         recv = [e.receive_weights.remote("127.0.0.1", port, i + 1, world) for i, e in enumerate(self.engines)]
-        what = "llm" if self.kind == "vllm" else "trainable"
-        workers._all("send_weights", [("127.0.0.1", port, world, what)] * len(self.ranks))
+        workers._all("send_weights", [("127.0.0.1", port, world)] * len(self.ranks))
         self._get(recv, "weight sync")
         self.version = version
 

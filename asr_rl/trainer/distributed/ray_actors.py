@@ -14,15 +14,15 @@ import torch
 
 from asr_rl.trainer.rl.actor import forward_logprobs, forward_values
 from asr_rl.models.loading import build_critic, load_rl_policy
+from asr_rl.trainer.rl.engines import build_engine, engine_spec, samples_in_engine_actors
 from asr_rl.trainer.rl.rank import train_critic
 from asr_rl.trainer.rl.rollout import Experience
 
 
 @ray.remote(num_cpus=1)
 class TrainerRank:
-    """A DeepSpeed data-parallel rank of the policy: one `PolicyRank` (trainer/rank.py) with
-    DeepSpeed strategies, plus what only a distributed rank does (weight broadcast, gathered
-    digests)."""
+    """A DeepSpeed data-parallel rank of the policy: one `PolicyRank` (trainer/rl/rank.py) with
+    DeepSpeed strategies, plus what only a distributed rank does (the weight broadcast)."""
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int):
         from asr_rl.trainer.distributed.deepspeed_strategy import init_distributed
@@ -49,7 +49,9 @@ class TrainerRank:
                                   lr=cfg.optim.actor_learning_rate, **common)
         critic_strategy = (DeepSpeedStrategy(critic, critic.trainable_parameters(), lr=cfg.optim.critic_learning_rate,
                                              **common) if critic else None)
-        self.core = PolicyRank(cfg, policy, ref, critic, actor, critic_strategy, rank=self.rank,
+        # the trainer ranks sample with their own engine unless engine actors do
+        engine = None if samples_in_engine_actors(cfg) else build_engine(cfg, policy)
+        self.core = PolicyRank(cfg, policy, ref, critic, actor, critic_strategy, engine, rank=self.rank,
                                world_size=self.world_size)
         self.policy, self.actor = policy, actor
         return {"pad_id": policy.pad_id, "rank": self.rank, "pid": os.getpid()}
@@ -68,7 +70,6 @@ class TrainerRank:
         return self.core.annotate(exp, need_old_logp)
 
     def train(self, exp: Experience, step: int, kl_coef: float, separate_critic: bool = False) -> dict:
-        _fault_hook(self.rank, step)
         return self.core.train(exp, step, kl_coef, separate_critic)
 
     def evaluate(self, utterances: list, eval_cfg) -> list:
@@ -76,7 +77,8 @@ class TrainerRank:
 
     # --- weights -------------------------------------------------------------------------
     def prompt_embeds(self, rows: list) -> list:
-        """Unpadded prompt embeddings `(P_i, H)` for a vLLM engine (projector with the current weights)."""
+        """Unpadded prompt embeddings `(P_i, H)` for engine actors fed embeddings (`EngineSpec.feed_embeds`),
+        projector with the current weights."""
         import torch
 
         if not rows:
@@ -86,28 +88,21 @@ class TrainerRank:
             embeds, mask = self.policy.embed_rows(rows)
             return [e[m.bool()].cpu() for e, m in zip(embeds, mask)]
 
-    def send_weights(self, host: str, port: int, world_size: int, what: str = "llm") -> int:
-        """Rank 0 broadcasts to the engines: `llm`, the LLM's weights with LoRA merged (vLLM), or
-        `trainable`, every trainable tensor under its policy name (the HF engine); all ranks gather
-        (ZeRO-3)."""
-        from asr_rl.trainer.distributed.weight_sync import WeightSyncSender, llm_named_weights
+    def send_weights(self, host: str, port: int, world_size: int) -> int:
+        """Rank 0 broadcasts to the engine actors the weights the engine's spec names
+        (`EngineSpec.weights`: the LLM's, LoRA merged, or every trainable tensor); all ranks
+        gather (ZeRO-3)."""
+        from asr_rl.trainer.distributed.weight_sync import WeightSyncSender
 
         with self.actor.gathered(list(self.policy.model.parameters())):
             if self.rank != 0:
                 return 0
-            tensors = (llm_named_weights(self.policy) if what == "llm" else
-                       [(n, p.detach()) for n, p in self.policy.model.named_parameters() if p.requires_grad])
+            tensors = engine_spec(self.cfg).weights(self.policy)
             sender = WeightSyncSender(host, port, world_size)
             try:
                 return sender.send(tensors)
             finally:
                 sender.close()
-
-    def state_digest(self) -> dict:
-        """Full trainable parameters (gathered), for tests that compare ranks and backends."""
-        params = [(n, p) for n, p in self.policy.model.named_parameters() if p.requires_grad]
-        with self.actor.gathered([p for _, p in params]):
-            return {n: p.detach().cpu().clone() for n, p in params}
 
     # --- checkpoints ---------------------------------------------------------------------
     def save_model(self, path: str) -> None:
@@ -185,18 +180,10 @@ def _quiet_worker(rank: int) -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
 
-def _fault_hook(rank: int, step: int) -> None:
-    """Fault injection for tests: `ASR_RL_KILL_RANK=R:S` makes rank R exit hard at step S's update,
-    like a node or process lost mid-step."""
-    if os.environ.get("ASR_RL_KILL_RANK") == f"{rank}:{step}":
-        os._exit(1)
-
 
 def _strategy_kwargs(cfg, world_size: int) -> dict:
     from asr_rl.trainer.rl.workers import total_optimizer_steps
 
     d, o = cfg.distributed, cfg.optim
-    return dict(weight_decay=o.weight_decay, betas=o.adam_betas, max_norm=o.max_norm,
-                total_steps=total_optimizer_steps(cfg), warmup_ratio=o.lr_warmup_ratio, min_lr_ratio=o.min_lr_ratio,
-                zero_stage=d.zero_stage, micro_batch=o.micro_train_batch_size, world_size=world_size, bf16=d.bf16,
+    return dict(optim_cfg=o, total_steps=total_optimizer_steps(cfg), zero_stage=d.zero_stage, micro_batch=o.micro_train_batch_size, world_size=world_size, bf16=d.bf16,
                 offload_optimizer=d.adam_offload)

@@ -8,6 +8,9 @@ import os
 
 log = logging.getLogger("asr_rl.ray")
 
+# The toolkit's own variables that a worker process needs as the driver has them.
+FORWARDED_ENV = ("ASR_RL_REWARD_TOKEN", "ASR_RL_CACHE")
+
 
 def init_ray(num_cpus: int | None = None, object_store_mb: int = 512, address: str | None = None) -> None:
     import ray
@@ -18,7 +21,7 @@ def init_ray(num_cpus: int | None = None, object_store_mb: int = 512, address: s
     # Every Ray worker process gets one torch thread: processes share the cores (ENVIRONMENT.md).
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "TOKENIZERS_PARALLELISM": "false"}
-    env.update({k: v for k, v in os.environ.items() if k.startswith("ASR_RL_")})  # incl. fault injection
+    env.update({k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})
     runtime_env = {"env_vars": env}
     if address:
         log.info("joining Ray cluster at %s", address)

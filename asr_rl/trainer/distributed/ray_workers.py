@@ -20,6 +20,7 @@ import torch
 from asr_rl.trainer.distributed.actor_group import ActorGroup, check_resources, free_port
 from asr_rl.trainer.distributed.ray_actors import CriticRank, ReferenceRank, TrainerRank
 from asr_rl.trainer.distributed.ray_utils import init_ray
+from asr_rl.trainer.rl.engines import samples_in_engine_actors
 from asr_rl.trainer.rl.rollout import Experience
 
 log = logging.getLogger("asr_rl.ray")
@@ -64,7 +65,7 @@ class RayWorkers:
 
         self.codec = ResponseCodec.from_pretrained(cfg.pretrain, cfg.model.force_language)  # tokenizer only
         self.engine, self.version = None, 0  # the weights version of trainer-rank sampling
-        if cfg.rollout.engine == "vllm" or cfg.rollout.async_enable:
+        if samples_in_engine_actors(cfg):
             from asr_rl.trainer.distributed.engine_actors import EngineGroup
 
             self.engine = EngineGroup(cfg, self.ranks, text)
@@ -81,7 +82,7 @@ class RayWorkers:
     def _shards(self, n_items: int) -> list[tuple[int, int]]:
         return self.policy.shards(n_items)
 
-    # --- the workers interface (see trainer/workers.py) ----------------------------------
+    # --- the workers interface (see trainer/rl/interfaces.py) -----------------------------
     def report_memory(self, longest, device: str) -> None:
         """Rank 0 logs its estimate: data-parallel ranks hold the same shares."""
         ray.get(self.ranks[0].report_memory.remote(longest, device))
@@ -175,9 +176,6 @@ class RayWorkers:
         for group in (self.policy, self.critic):
             if group is not None:
                 group.call_all("load_engine_state", str(ckpt / "trainer_state"))
-
-    def digests(self) -> list[dict]:
-        return self._all("state_digest", [()] * self.world_size)
 
     def shutdown(self) -> None:
         if self.engine is not None:

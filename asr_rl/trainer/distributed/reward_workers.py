@@ -16,7 +16,7 @@ class RewardActor:
     def __init__(self, source):
         """`source`: a spec string (`builtin:asr`, `PATH.py`) or a `RewardConfig`."""
         from asr_rl.rewards.combine import build_reward
-        from asr_rl.rewards.plugins import load_reward_spec
+        from asr_rl.rewards.combine import load_reward_spec
 
         self.reward = load_reward_spec(source) if isinstance(source, str) else build_reward(source)
 

@@ -73,7 +73,7 @@ def export_llm(policy, out_dir: str | os.PathLike) -> Path:
 
 # ---------------------------------------------------------------------------------- engine
 class VLLMRolloutEngine:
-    """Same interface as `HFRolloutEngine` (trainer/workers.py), sampling with vLLM.
+    """The `RolloutEngine` interface (trainer/rl/interfaces.py), sampling with vLLM.
 
     In process by default (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, executor `uni`): starts in seconds
     on CPU and lets `load_weights` hand tensors to vLLM without a copy to disk. With tensor

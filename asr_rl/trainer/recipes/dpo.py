@@ -8,19 +8,20 @@ checkpoints, so no second model is held. The math is trainer/preference_losses.p
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from asr_rl.config import RunConfig
 from asr_rl.settings import setting
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                       save_checkpoint, save_final, set_rng_state)
 from asr_rl.trainer.config import EvalConfig, ModelConfig
+from asr_rl.trainer.strategy import OptimConfig
 from asr_rl.algos.preference_losses import PREFERENCE_LOSSES, dpo_loss, kto_loss
 
 log = logging.getLogger("asr_rl.dpo")
@@ -29,7 +30,8 @@ log = logging.getLogger("asr_rl.dpo")
 @dataclass(frozen=True)
 class DPOConfig(RunConfig):
     """Attributes:
-        loss_type: `sigmoid` (DPO), `ipo`, `hinge` (the preference-loss registry) or `kto`.
+        loss_type: a preference loss: `sigmoid` (DPO), `ipo`, `hinge` on pairs, or `kto` on unpaired
+            examples (the registry's `PreferenceSpec.paired` says which data it reads).
         beta: strength of the implicit KL to the reference (OpenRLHF/TRL `beta`).
         label_smoothing: conservative DPO's label-flip probability (sigmoid only).
         desirable_weight: KTO's weight of desirable examples.
@@ -39,8 +41,8 @@ class DPOConfig(RunConfig):
             rejected ones.
         train_batch_size: pairs (KTO: examples) per optimiser step.
         micro_train_batch_size: pairs per forward/backward.
-        learning_rate, weight_decay, adam_betas, lr_warmup_ratio, min_lr_ratio, max_norm: AdamW and
-            its warmup/cosine schedule, as in SFT.
+        optim: AdamW and its schedule over `max_steps` (trainer/strategy.py); DPO's defaults: learning
+            rate 5e-7, warmup 0.03.
     """
 
     loss_type: str = "sigmoid"
@@ -52,18 +54,12 @@ class DPOConfig(RunConfig):
     max_steps: int = setting(200, ge=1)
     train_batch_size: int = setting(8, ge=1)
     micro_train_batch_size: int = setting(8, ge=1)
-    learning_rate: float = setting(5e-7, gt=0)
-    weight_decay: float = setting(0.0, ge=0)
-    adam_betas: tuple[float, ...] = setting((0.9, 0.95), ge=0, lt=1)
-    lr_warmup_ratio: float = setting(0.03, ge=0, lt=1)
-    min_lr_ratio: float = setting(0.1, ge=0, le=1)
-    max_norm: float = setting(1.0, gt=0)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(learning_rate=5e-7, lr_warmup_ratio=0.03))
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
-        if self.loss_type != "kto":
-            PREFERENCE_LOSSES.check(self.loss_type)
+        PREFERENCE_LOSSES.check(self.loss_type)
         if self.train_batch_size % self.micro_train_batch_size:
             raise ValueError(f"train_batch_size {self.train_batch_size} is not a multiple of "
                              f"micro_train_batch_size {self.micro_train_batch_size}")
@@ -124,7 +120,7 @@ def load_examples(cfg: DPOConfig, audio: bool) -> Examples:
     if not path:
         key = "train_manifest" if audio else "prompt_data"
         raise ValueError(f"`{key}` is not set: give the preference file, {key}=PAIRS.jsonl")
-    if cfg.loss_type != "kto":
+    if PREFERENCE_LOSSES.spec(cfg.loss_type).paired:
         pairs = read_pairs(path, audio)
         return Examples([p.source for p in pairs], [[p.chosen, p.rejected] for p in pairs])
     items = read_unpaired(path, audio)
@@ -150,6 +146,17 @@ def reference_logps(policy, ex: Examples, micro: int) -> torch.Tensor:
                       for s in range(0, len(ex), micro)])
 
 
+@torch.no_grad()
+def encode_examples(policy, ex: Examples, micro: int) -> None:
+    """Encode every example's audio once, in the micro-batches of the reference pass (the encoder
+    cache keeps the states for the run). A padded batch's states depend in their last bits on the
+    utterances beside it: a resumed run, whose reference log-probs come from its checkpoint, encodes
+    in these same batches, or its losses would drift from the uninterrupted run's."""
+    policy.eval()
+    for s in range(0, len(ex), micro):
+        prompt_rows(policy, ex.sources[s:s + micro])
+
+
 def batch_indices(n: int, batch: int, step: int, seed: int) -> list[int]:
     """Step `step`'s examples: a seeded permutation per epoch, read in order across epochs, so a
     resumed run sees what the uninterrupted one would."""
@@ -168,12 +175,12 @@ def preference_loss(policy, cfg: DPOConfig, ex: Examples, ref: torch.Tensor):
     """The configured loss of one micro-batch (`ref`: its `(m, 2)` reference log-probs)."""
     logp, nll = sequence_logps(policy, ex.sources, ex.texts)
     ref = ref.to(logp.device)
-    if cfg.loss_type == "kto":
+    if PREFERENCE_LOSSES.spec(cfg.loss_type).paired:
+        out = dpo_loss(logp[:, 0], logp[:, 1], ref[:, 0], ref[:, 1], cfg.beta, cfg.loss_type, cfg.label_smoothing)
+    else:
         desirable = torch.tensor(ex.desirable, device=logp.device)
         out = kto_loss(logp[:, 0], ref[:, 0], desirable, logp[:, 1], ref[:, 1], cfg.beta,
-                       cfg.desirable_weight, cfg.undesirable_weight)
-    else:
-        out = dpo_loss(logp[:, 0], logp[:, 1], ref[:, 0], ref[:, 1], cfg.beta, cfg.loss_type, cfg.label_smoothing)
+                       cfg.desirable_weight, cfg.undesirable_weight, cfg.loss_type)
     loss = out.loss + cfg.nll_loss_coef * nll if cfg.nll_loss_coef > 0 else out.loss
     return loss, {**out.metrics, "nll/chosen": float(nll.detach())}
 
@@ -182,51 +189,48 @@ def preference_loss(policy, cfg: DPOConfig, ex: Examples, ref: torch.Tensor):
 def train_dpo(cfg: DPOConfig):
     """Train to `max_steps` (or `max_minutes`) with checkpoints and dev evaluation as configured."""
     from asr_rl.trainer.run.setup import make_logger, setup_run
+    from asr_rl.trainer.run.step_end import StepEnd
     from asr_rl.trainer.strategy import LocalStrategy
 
-    ctx = setup_run(cfg)
-    policy, audio = _load(cfg, ctx.device)
-    ex = load_examples(cfg, audio)
-    strategy = LocalStrategy([p for _, p in policy.trainable_parameters()], cfg.learning_rate, cfg.weight_decay,
-                             cfg.adam_betas, cfg.max_norm, cfg.max_steps, cfg.lr_warmup_ratio, cfg.min_lr_ratio)
-    step, ref = 0, None
-    if ctx.resume_from is not None:
-        state = load_state(ctx.resume_from)
-        restore_policy_weights(policy, ctx.resume_from, state.get("policy"))
-        strategy.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        step, ref = int(state["step"]), state["reference_logps"]
-    if ref is None:
-        t0 = time.perf_counter()
-        ref = reference_logps(policy, ex, cfg.micro_train_batch_size)
-        log.info("reference log-probs of %d examples in %.1f s", len(ex), time.perf_counter() - t0)
-    logger = make_logger(cfg, ctx, resume_step=step)
-    start, bar = time.perf_counter(), tqdm(total=cfg.max_steps, initial=step, desc=cfg.loss_type,
-                                           disable=not cfg.logging.progress_bar)
-    while step < cfg.max_steps:
-        t0 = time.perf_counter()
-        metrics = _update(policy, strategy, cfg, ex, ref, batch_indices(len(ex), cfg.train_batch_size, step, cfg.seed))
-        step += 1
-        metrics.update({"lr": strategy.lr, "epoch": step * cfg.train_batch_size / len(ex),
-                        "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60})
-        out_of_time = 0 < cfg.max_minutes <= metrics["time/elapsed_min"]
-        last = step >= cfg.max_steps or out_of_time
-        if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):  # saved before evaluating
+    audio = _is_audio(cfg)
+    ex = load_examples(cfg, audio)  # a bad preference file is refused before any model loads
+    with setup_run(cfg) as ctx:
+        policy = _load(cfg, ctx.device, audio)
+        strategy = LocalStrategy.from_config([p for _, p in policy.trainable_parameters()], cfg.optim, cfg.max_steps)
+        step, ref = 0, None
+        if ctx.resume_from is not None:
+            state = load_state(ctx.resume_from)
+            restore_policy_weights(policy, ctx.resume_from, state.get("policy"))
+            strategy.load_state_dict(state["optimizer"])
+            set_rng_state(state["rng"])
+            step, ref = int(state["step"]), state["reference_logps"]
+        if audio:
+            encode_examples(policy, ex, cfg.micro_train_batch_size)
+        if ref is None:
+            t0 = time.perf_counter()
+            ref = reference_logps(policy, ex, cfg.micro_train_batch_size)
+            log.info("reference log-probs of %d examples in %.1f s", len(ex), time.perf_counter() - t0)
+        end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, cfg.loss_type)
+        evaluate = None
+        if audio and cfg.eval_manifest:
+            from asr_rl.trainer.recipes.sft import evaluate_during_training
+
+            evaluate = functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval)
+
+        def save(step: int) -> None:
             state = {"step": step, "optimizer": strategy.state_dict(), "rng": rng_state(), "reference_logps": ref,
                      "policy": policy_resume_weights(policy)}
             save_checkpoint(ctx.output_dir, step, policy.save_pretrained, state, cfg.max_ckpt_num)
-        if audio and cfg.eval_manifest and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
-            from asr_rl.trainer.recipes.sft import evaluate_during_training
 
-            metrics.update(evaluate_during_training(policy, cfg.eval_manifest, cfg.eval))
-        logger.log(step, metrics)
-        bar.update(1)
-        if out_of_time:
-            log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
-            break
-    bar.close()
-    logger.close()
-    return save_final(ctx.output_dir, policy.save_pretrained)
+        while step < cfg.max_steps:
+            t0 = time.perf_counter()
+            metrics = _update(policy, strategy, cfg, ex, ref, batch_indices(len(ex), cfg.train_batch_size, step, cfg.seed))
+            step += 1
+            metrics.update({"lr": strategy.lr, "epoch": step * cfg.train_batch_size / len(ex)})
+            if end(step, metrics, t0, functools.partial(save, step), evaluate):
+                break
+        end.close()
+        return save_final(ctx.output_dir, policy.save_pretrained)
 
 
 def _update(policy, strategy, cfg: DPOConfig, ex: Examples, ref: torch.Tensor, idx: list[int]) -> dict:
@@ -248,20 +252,25 @@ def _update(policy, strategy, cfg: DPOConfig, ex: Examples, ref: torch.Tensor, i
     return {**sums, "grad_norm": strategy.step()}
 
 
-def _load(cfg: DPOConfig, device: str):
-    """(policy, is_audio): the audio policy (encoder frozen) or a text causal LM, by the folder."""
+def _is_audio(cfg: DPOConfig) -> bool:
+    """Whether `pretrain` is an audio-LLM (else a text causal LM), read from its config alone."""
     from asr_rl.models.families import is_audio_llm
     from asr_rl.models.weights import read_model_config
 
     if not cfg.pretrain:
         raise ValueError("`pretrain` is not set: give the starting model folder (e.g. an SFT run's final)")
-    if is_audio_llm(read_model_config(cfg.pretrain).model_type):
+    return is_audio_llm(read_model_config(cfg.pretrain).model_type)
+
+
+def _load(cfg: DPOConfig, device: str, audio: bool):
+    """The audio policy (encoder frozen) or a text causal LM."""
+    if audio:
         from asr_rl.models.loading import load_policy
 
-        return load_policy(cfg.pretrain, cfg.model, device, cfg.data.sample_rate, freeze_encoder=True), True
+        return load_policy(cfg.pretrain, cfg.model, device, cfg.data.sample_rate, freeze_encoder=True)
     from asr_rl.models.text_policy import load_text_policy
 
-    return load_text_policy(cfg.pretrain, cfg.model, device, cfg.data), False
+    return load_text_policy(cfg.pretrain, cfg.model, device, cfg.data)
 
 
 __all__ = ["DPOConfig", "Examples", "train_dpo", "load_examples", "reference_logps", "sequence_logps",

@@ -59,7 +59,7 @@ def build_pairs(model: str, manifest: str, out: str, *, n: int = 8, temperature:
     from asr_rl.rewards.config import RewardConfig
     from asr_rl.trainer.config import RolloutConfig
     from asr_rl.trainer.rl.rollout import Group, make_samples
-    from asr_rl.trainer.rl.workers import HFRolloutEngine
+    from asr_rl.trainer.rl.engines import HFRolloutEngine
 
     utts = read_manifest(manifest)
     policy = AudioPolicy.from_pretrained(model, device=device).eval()

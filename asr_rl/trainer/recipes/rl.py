@@ -1,6 +1,9 @@
 """`asr-rl train grpo|ppo`: build the pieces from a config and run the loop.
 
 setup -> data -> policy (+ reference, critic) -> reward -> workers (local or Ray) -> loop.fit.
+Audio (`train_manifest=`) or text RLHF (`prompt_data=`: a text policy and a prompt set, PPO with a
+critic and a reward model or the group estimators with reward functions): the same workers, engine
+and loop.
 `grpo` defaults to the group-normalised estimator with the KL in the loss; `ppo` to GAE with a
 critic and the KL as a reward penalty (OpenRLHF's defaults for each).
 """
@@ -20,13 +23,14 @@ PRESETS = {
     "ppo": ["algo.advantage_estimator=gae", "algo.use_kl_loss=false", "rollout.n_samples_per_prompt=1",
             "rollout.dynamic_filtering=false"],
 }
+TRAINS_CRITIC = {"grpo": False, "ppo": True}  # the command a critic estimator (gae) must be run with
 
 
 def load_rl_config(algo: str, config: str | None, overrides: list[str]) -> RLConfig:
     if algo not in PRESETS:
         raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(PRESETS)}")
     cfg = load_with_checkpoint_presets(RLConfig, "rl", config, overrides, PRESETS[algo])
-    if cfg.algo.spec.needs_critic and algo != "ppo":
+    if cfg.algo.spec.needs_critic and not TRAINS_CRITIC[algo]:
         raise ValueError(f"advantage_estimator={cfg.algo.advantage_estimator} needs a critic: use `asr-rl train ppo`")
     return cfg
 
@@ -34,9 +38,7 @@ def load_rl_config(algo: str, config: str | None, overrides: list[str]) -> RLCon
 def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
     cfg = load_rl_config(algo, config, overrides)
     if cfg.prompt_data and not cfg.train_manifest:
-        from asr_rl.trainer.recipes.text_rl import train_text_rl  # the text RLHF path
-
-        return train_text_rl(algo, cfg)
+        return run_text_rl(cfg, algo)
     return run_audio_rl(cfg, algo)
 
 
@@ -46,20 +48,36 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.models.codec import ResponseCodec
     from asr_rl.models.tokenizer import require_writable
     from asr_rl.data.augment import VariantAugmenter
+    from asr_rl.models.loading import require_audio_llm
     from asr_rl.trainer.run.setup import setup_run
 
-    ctx = setup_run(cfg)
-    if not cfg.train_manifest:
-        raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
-    utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
-    # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
-    require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
-    loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                         sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed))
-    workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
-    workers.report_memory(max(utts, key=lambda u: u.duration or 0.0), ctx.device)  # before the first step
-    eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
-    return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+    require_audio_llm(cfg.pretrain, hint="; a text LM trains on prompts: prompt_data=PATH without train_manifest")
+    with setup_run(cfg) as ctx:
+        if not cfg.train_manifest:
+            raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
+        utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
+        # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
+        require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
+        loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                             sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed))
+        workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
+        workers.report_memory(max(utts, key=lambda u: u.duration or 0.0), ctx.device)  # before the first step
+        eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
+        return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+
+
+def run_text_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
+    """The text RLHF path: the same loop over a text policy and a prompt set (`prompt_data=`)."""
+    from asr_rl.data.batching import BatchLoader
+    from asr_rl.data.prompts import PromptBatch, read_prompts
+    from asr_rl.trainer.run.setup import setup_run
+
+    with setup_run(cfg) as ctx:
+        items = read_prompts(cfg.prompt_data, cfg.data.input_key, cfg.data.label_key)
+        loader = BatchLoader(items, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                             make_batch=PromptBatch)
+        workers = build_workers(cfg, ctx, algo, text=True)
+        return run_loop(cfg, ctx, loader, workers, make_reward(cfg, ctx.device))
 
 
 def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Path:
@@ -85,7 +103,7 @@ def make_reward(cfg: RLConfig, device: str = "cpu"):
     from asr_rl.rewards.combine import build_reward
 
     if cfg.reward_pretrain:
-        from asr_rl.models.reward_model import RewardModelReward
+        from asr_rl.rewards.reward_model import RewardModelReward
 
         return RewardModelReward(cfg.reward_pretrain, device)
     if cfg.backend == "ray" and cfg.reward.num_workers > 0 and not cfg.reward.remote_url:
@@ -95,22 +113,18 @@ def make_reward(cfg: RLConfig, device: str = "cpu"):
     return build_reward(cfg.reward)
 
 
-def build_workers(cfg: RLConfig, ctx, algo: str):
+def build_workers(cfg: RLConfig, ctx, algo: str, text: bool = False):
+    """The policy (audio or `text`), critic and `rollout.engine`: in process, or Ray actor groups."""
     if cfg.backend == "ray":
         from asr_rl.trainer.distributed.ray_workers import RayWorkers
 
-        return RayWorkers(cfg, ctx, algo)
+        return RayWorkers(cfg, ctx, algo, text)
     from asr_rl.models.loading import build_critic, load_rl_policy
     from asr_rl.trainer.rl.workers import LocalWorkers
 
-    policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=False)
-    critic = build_critic(cfg, ctx.device, False, policy) if cfg.algo.spec.needs_critic else None
-    engine = None
-    if cfg.rollout.engine == "vllm":
-        from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
-
-        engine = VLLMRolloutEngine(policy, cfg)
-    return LocalWorkers(cfg, policy, critic, engine)
+    policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=text)
+    critic = build_critic(cfg, ctx.device, text, policy) if cfg.algo.spec.needs_critic else None
+    return LocalWorkers(cfg, policy, critic)  # builds the engine from the registry
 
 
-__all__ = ["train_rl", "run_audio_rl", "load_rl_config", "build_workers"]
+__all__ = ["train_rl", "run_audio_rl", "run_text_rl", "load_rl_config", "build_workers"]

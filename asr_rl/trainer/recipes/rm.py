@@ -6,20 +6,23 @@ higher; saved as a plain HF folder that `reward_pretrain=` (and transformers) lo
 """
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
 
 from asr_rl.config import RunConfig
 from asr_rl.data.prompts import read_preferences
-from asr_rl.models.reward_model import render_pair
+from asr_rl.rewards.reward_model import render_pair
 from asr_rl.settings import setting
-from asr_rl.trainer.run.checkpoint import save_checkpoint, save_final
+from asr_rl.trainer.run.checkpoint import (load_state, restore_model_weights, rng_state, save_checkpoint, save_final,
+                                           set_rng_state)
 from asr_rl.trainer.run.setup import make_logger, setup_run
+from asr_rl.trainer.run.step_end import StepEnd
 from asr_rl.algos.losses import pairwise_loss
-from asr_rl.trainer.strategy import LocalStrategy
+from asr_rl.trainer.strategy import LocalStrategy, OptimConfig
 
 log = logging.getLogger("asr_rl.rm")
 
@@ -28,22 +31,42 @@ log = logging.getLogger("asr_rl.rm")
 class RMConfig(RunConfig):
     """Attributes:
         train_batch_size: preference pairs per step.
-        learning_rate: peak AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        max_norm: gradient clipping norm.
-        lr_warmup_ratio: share of `max_steps` warming up.
+        optim: AdamW and its schedule over `max_steps` (trainer/strategy.py); RM takes the shared
+            defaults (learning rate 1e-3).
         margin: Bradley-Terry margin (0 = plain).
         max_len: tokens per scored text.
     """
 
     max_steps: int = setting(200, ge=1)
     train_batch_size: int = setting(8, ge=1)
-    learning_rate: float = setting(1e-3, gt=0)
-    weight_decay: float = setting(0.0, ge=0)
-    max_norm: float = setting(1.0, gt=0)
-    lr_warmup_ratio: float = setting(0.05, ge=0, lt=1)
+    optim: OptimConfig = field(default_factory=OptimConfig)
     margin: float = 0.0
     max_len: int = setting(512, ge=1)
+
+
+class PairOrder:
+    """Which pairs each step reads: a seeded permutation taken a batch at a time, drawn anew when
+    what is left is shorter than a batch. Its state (generator, permutation, position) goes into
+    the checkpoints, so a resumed run reads what the uninterrupted one would."""
+
+    def __init__(self, n: int, batch: int, seed: int):
+        self.n, self.batch = n, batch
+        self.rng = np.random.default_rng(seed)
+        self.order, self.pos = self.rng.permutation(n), 0
+
+    def next_indices(self) -> list[int]:
+        if self.pos + self.batch > len(self.order):
+            self.order, self.pos = self.rng.permutation(self.n), 0
+        idx = self.order[self.pos:self.pos + min(self.batch, self.n)]
+        self.pos += self.batch
+        return [int(i) for i in idx]
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "order": self.order.copy(), "pos": self.pos}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.order, self.pos = np.asarray(state["order"]), int(state["pos"])
 
 
 def load_rm_from_lm(path: str):
@@ -66,36 +89,45 @@ def rm_batch_loss(model, tokenizer, pairs, max_len: int, margin: float):
 
 
 def train_rm(cfg: RMConfig):
-    ctx = setup_run(cfg)
-    if not cfg.prompt_data:
-        raise ValueError("`prompt_data` is not set: give the preference pairs, prompt_data=PAIRS.jsonl")
-    if not cfg.pretrain:
-        raise ValueError("`pretrain` is not set: give the causal LM to start the reward model from")
-    pairs = read_preferences(cfg.prompt_data)
-    model, tokenizer = load_rm_from_lm(cfg.pretrain)
-    strategy = LocalStrategy(list(model.parameters()), cfg.learning_rate, cfg.weight_decay, (0.9, 0.95),
-                             cfg.max_norm, cfg.max_steps, cfg.lr_warmup_ratio, 0.1)
-    logger = make_logger(cfg, ctx, resume_step=0)
-    rng = np.random.default_rng(cfg.seed)
-    order, pos = rng.permutation(len(pairs)), 0
+    """Train to `max_steps` (or `max_minutes`), checkpointing as configured; `resume=auto` continues
+    a killed run where its last checkpoint left off."""
+    with setup_run(cfg) as ctx:
+        if not cfg.prompt_data:
+            raise ValueError("`prompt_data` is not set: give the preference pairs, prompt_data=PAIRS.jsonl")
+        if not cfg.pretrain:
+            raise ValueError("`pretrain` is not set: give the causal LM to start the reward model from")
+        pairs = read_preferences(cfg.prompt_data)
+        model, tokenizer = load_rm_from_lm(cfg.pretrain)
+        strategy = LocalStrategy.from_config(model.parameters(), cfg.optim, cfg.max_steps)
+        data, step = PairOrder(len(pairs), cfg.train_batch_size, cfg.seed), 0
+        if ctx.resume_from is not None:
+            state = load_state(ctx.resume_from)
+            restore_model_weights(model, ctx.resume_from)
+            strategy.load_state_dict(state)  # its "optimizer" and "scheduler"
+            data.load_state_dict(state["data"])
+            set_rng_state(state["rng"])
+            step = int(state["step"])
+        end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, "rm", postfix="rm/loss")
 
-    def save(path):
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
+        def save_model(path):
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
 
-    for step in tqdm(range(1, cfg.max_steps + 1), desc="rm", disable=not cfg.logging.progress_bar):
-        if pos + cfg.train_batch_size > len(order):
-            order, pos = rng.permutation(len(pairs)), 0
-        batch = [pairs[i] for i in order[pos:pos + min(cfg.train_batch_size, len(pairs))]]
-        pos += cfg.train_batch_size
-        model.train()
-        out = rm_batch_loss(model, tokenizer, batch, cfg.max_len, cfg.margin)
-        strategy.backward(out.loss)
-        logger.log(step, {**out.metrics, "rm/grad_norm": strategy.step(), "lr": strategy.lr})
-        if cfg.save_steps > 0 and step % cfg.save_steps == 0 and step < cfg.max_steps:
-            save_checkpoint(ctx.output_dir, step, save, {"step": step}, cfg.max_ckpt_num)
-    logger.close()
-    return save_final(ctx.output_dir, save)
+        def save(step: int) -> None:
+            state = {"step": step, **strategy.state_dict(), "data": data.state_dict(), "rng": rng_state()}
+            save_checkpoint(ctx.output_dir, step, save_model, state, cfg.max_ckpt_num)
+
+        while step < cfg.max_steps:
+            t0 = time.perf_counter()
+            model.train()
+            out = rm_batch_loss(model, tokenizer, [pairs[i] for i in data.next_indices()], cfg.max_len, cfg.margin)
+            strategy.backward(out.loss)
+            metrics = {**out.metrics, "rm/grad_norm": strategy.step(), "lr": strategy.lr}
+            step += 1
+            if end(step, metrics, t0, functools.partial(save, step)):
+                break
+        end.close()
+        return save_final(ctx.output_dir, save_model)
 
 
 __all__ = ["RMConfig", "train_rm", "load_rm_from_lm", "rm_batch_loss"]

@@ -10,13 +10,13 @@ the distributed backend plugs into the same `sft_loss`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
@@ -25,9 +25,10 @@ from asr_rl.models.tokenizer import require_writable
 from asr_rl.data.augment import VariantAugmenter, mask_states, spec_augment
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                       save_checkpoint, save_final, set_rng_state)
-from asr_rl.trainer.strategy import build_optimizer, build_scheduler
-from asr_rl.models.loading import load_policy
+from asr_rl.trainer.strategy import LocalStrategy
+from asr_rl.models.loading import load_policy, require_audio_llm
 from asr_rl.trainer.run.setup import make_logger, setup_run
+from asr_rl.trainer.run.step_end import StepEnd
 from asr_rl.trainer.config import SFTConfig
 from asr_rl.trainer.run.memory import peak_memory_gib
 from asr_rl.models.ctc import CTCHead
@@ -46,7 +47,7 @@ def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig
             rows = [dataclasses.replace(r, audio=a) for r, a in zip(rows, masked)]
         embeds, prompt_mask = policy.embed_rows(rows)
     else:
-        prompts = policy.prepare(list(batch.waveforms), batch.languages)
+        prompts = policy.prepare(list(batch.waveforms), batch.languages, [u.id for u in batch.utterances])
         if rng is not None:
             prompts.features = spec_augment(prompts.features, prompts.feature_mask, cfg.augment, rng)
         states = policy.encode_audio(prompts)
@@ -85,61 +86,48 @@ def _drop_tokens(policy, targets, p: float, rng: np.random.Generator):
 
 def train_sft(cfg: SFTConfig):
     """Run SFT to `max_steps` (or `max_minutes`), checkpointing and evaluating as configured."""
-    ctx = setup_run(cfg)
-    utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
-                         max_duration=cfg.data.max_duration)
-    require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
-    policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
-    ctc_head = _make_ctc_head(policy, cfg, ctx.device, [u.text for u in utts])
-    params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
-    optimizer = build_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.adam_betas)
-    scheduler = build_scheduler(optimizer, cfg.max_steps, cfg.lr_warmup_ratio, cfg.min_lr_ratio)
-    # cached variants for a frozen encoder; an encoder that trains hears a fresh variant every epoch
-    augment = cfg.augment if policy.encoder_frozen else dataclasses.replace(cfg.augment, variants=0)
-    loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                         sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
-                         augmenter=VariantAugmenter(augment, cfg.seed))
-    step = 0
-    if ctx.resume_from is not None:
-        step = _restore(ctx.resume_from, policy, ctc_head, optimizer, scheduler, loader)
-    logger = make_logger(cfg, ctx, resume_step=step)
-    accum = cfg.train_batch_size // cfg.micro_train_batch_size
-    start, bar = time.perf_counter(), tqdm(total=cfg.max_steps, initial=step, desc="sft", disable=not cfg.logging.progress_bar)
-    while step < cfg.max_steps:
-        policy.train()
-        t0, metrics = time.perf_counter(), {}
-        for micro in range(accum):
-            rng = np.random.default_rng([cfg.seed, step, micro])
-            loss, m = sft_loss(policy, ctc_head, loader.next_batch(), cfg, rng)
-            (loss / accum).backward()
-            metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        if policy.encoder_frozen:  # what the cache holds, and what filling it has cost so far
-            metrics.update({"encoder/cached": len(policy.encoder_cache), "time/encoder_total": policy.encoder_seconds})
-        metrics.update({"grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0], "epoch": loader.epoch,
-                        "time/step": time.perf_counter() - t0, "time/elapsed_min": (time.perf_counter() - start) / 60,
-                        "memory/peak_gib": peak_memory_gib()})
-        out_of_time = cfg.max_minutes > 0 and metrics["time/elapsed_min"] >= cfg.max_minutes
-        last = step >= cfg.max_steps or out_of_time
-        if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):  # saved before evaluating
-            _save(ctx.output_dir, step, policy, ctc_head, optimizer, scheduler, loader, cfg.max_ckpt_num)
-        if cfg.eval_manifest and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
-            metrics.update(evaluate_during_training(policy, cfg.eval_manifest, cfg.eval))
-        logger.log(step, metrics)
-        bar.update(1)
-        bar.set_postfix(loss=f"{metrics['loss/total']:.3f}")
-        if out_of_time:
-            log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
-            break
-    bar.close()
-    logger.close()
-    if policy.encoder_frozen and cfg.model.encoder_cache:
-        policy.save_encoder_cache(cfg.model.encoder_cache)
-    return save_final(ctx.output_dir, policy.save_pretrained)
+    require_audio_llm(cfg.pretrain)
+    with setup_run(cfg) as ctx:
+        utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
+                             max_duration=cfg.data.max_duration)
+        require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
+        policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
+        ctc_head = _make_ctc_head(policy, cfg, ctx.device, [u.text for u in utts])
+        params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
+        strategy = LocalStrategy.from_config(params, cfg.optim, cfg.max_steps)
+        # cached variants for a frozen encoder; an encoder that trains hears a fresh variant every epoch
+        augment = cfg.augment if policy.encoder_frozen else dataclasses.replace(cfg.augment, variants=0)
+        loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                             sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
+                             augmenter=VariantAugmenter(augment, cfg.seed))
+        step = 0
+        if ctx.resume_from is not None:
+            step = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
+        end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, "sft", postfix="loss/total")
+        evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval)
+                    if cfg.eval_manifest else None)
+        accum = cfg.train_batch_size // cfg.micro_train_batch_size
+        while step < cfg.max_steps:
+            policy.train()
+            t0, metrics = time.perf_counter(), {}
+            for micro in range(accum):
+                rng = np.random.default_rng([cfg.seed, step, micro])
+                loss, m = sft_loss(policy, ctc_head, loader.next_batch(), cfg, rng)
+                strategy.backward(loss / accum, last=micro == accum - 1)
+                metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
+            grad_norm = strategy.step()
+            step += 1
+            if policy.encoder_frozen:  # what the cache holds, and what filling it has cost so far
+                metrics.update({"encoder/cached": len(policy.encoder_cache), "time/encoder_total": policy.encoder_seconds})
+            metrics.update({"grad_norm": grad_norm, "lr": strategy.lr, "epoch": loader.epoch,
+                            "memory/peak_gib": peak_memory_gib()})
+            save = functools.partial(_save, ctx.output_dir, step, policy, ctc_head, strategy, loader, cfg.max_ckpt_num)
+            if end(step, metrics, t0, save, evaluate):
+                break
+        end.close()
+        if policy.encoder_frozen and cfg.model.encoder_cache:
+            policy.save_encoder_cache(cfg.model.encoder_cache)
+        return save_final(ctx.output_dir, policy.save_pretrained)
 
 
 def evaluate_during_training(policy, manifest: str, eval_cfg) -> dict[str, float]:
@@ -173,18 +161,16 @@ def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead 
                    loss_weight=weight).to(device)
 
 
-def _save(out, step, policy, ctc_head, optimizer, scheduler, loader, max_ckpt_num) -> None:
-    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-             "data": loader.state_dict(), "rng": rng_state(), "policy": policy_resume_weights(policy),
+def _save(out, step, policy, ctc_head, strategy, loader, max_ckpt_num) -> None:
+    state = {"step": step, **strategy.state_dict(), "data": loader.state_dict(), "rng": rng_state(), "policy": policy_resume_weights(policy),
              "ctc_head": ctc_head.state_dict() if ctc_head is not None else None}
     save_checkpoint(out, step, policy.save_pretrained, state, max_ckpt_num=max_ckpt_num)
 
 
-def _restore(ckpt, policy, ctc_head, optimizer, scheduler, loader) -> int:
+def _restore(ckpt, policy, ctc_head, strategy, loader) -> int:
     state = load_state(ckpt)
     restore_policy_weights(policy, ckpt, state.get("policy"))
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    strategy.load_state_dict(state)  # its "optimizer" and "scheduler"
     loader.load_state_dict(state["data"])
     if ctc_head is not None and state.get("ctc_head") is not None:
         ctc_head.load_state_dict(state["ctc_head"])

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from asr_rl.models.audio_policy import Responses
 from asr_rl.trainer.config import AlgoConfig
-from asr_rl.algos.losses import (LossOutput, compute_policy_loss, entropy_loss, kl_loss, masked_mean,
-                                   value_loss)
+from asr_rl.algos.losses import (LOSS_AGG_MODES, LossOutput, compute_policy_loss, entropy_loss, kl_loss,
+                                 masked_mean, value_loss)
 from asr_rl.trainer.rl.rollout import Experience, MicroBatch
 from asr_rl.algos.rollout_correction import mismatch_metrics, rollout_correction
 
@@ -156,13 +156,13 @@ def micro_weights(exp: Experience, micros: list[list[int]], loss_agg_mode: str, 
     """What each micro-batch's aggregated loss is multiplied by, so that the optimiser step's
     gradient is the minibatch's loss (OpenRLHF, verl `loss_agg_mode`).
 
-    "token-mean" is over every token of the minibatch on every data-parallel rank: micro-batch i
-    with t_i tokens weighs t_i / (T / W), T the tokens of all W ranks (DeepSpeed then averages the
-    ranks' gradients, dividing by W). Averaging each micro-batch's own token mean instead would weigh
-    the tokens of short responses more. The seq-mean modes are means over sequences, equal-sized
-    micro-batches: 1 / (number of micro-batches).
+    A token-weighted mode ("token-mean", `AggSpec.token_weighted`) is over every token of the
+    minibatch on every data-parallel rank: micro-batch i with t_i tokens weighs t_i / (T / W), T the
+    tokens of all W ranks (DeepSpeed then averages the ranks' gradients, dividing by W). Averaging
+    each micro-batch's own token mean instead would weigh the tokens of short responses more. The
+    seq-mean modes are means over sequences, equal-sized micro-batches: 1 / (number of micro-batches).
     """
-    if loss_agg_mode != "token-mean":
+    if not LOSS_AGG_MODES.spec(loss_agg_mode).token_weighted:
         return [1.0 / len(micros)] * len(micros)
     tokens = [float(exp.response_mask[idx].sum()) for idx in micros]
     per_rank = strategy.mean_over_ranks(sum(tokens))

@@ -2,7 +2,7 @@
 
 The same `RLTrainer` drives the local backend (one process) and the Ray backend: it only calls the
 workers' `encode / sample / annotate / train / sync_weights` methods (the `Workers` interface,
-trainer/rank.py).
+trainer/rl/interfaces.py).
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import time
 from collections import deque
 
 import torch
-from tqdm import tqdm
 
 from asr_rl.models.sampling import sequence_seed
 from asr_rl.rewards.base import check_output
@@ -21,8 +20,9 @@ from asr_rl.trainer.config import RLConfig
 from asr_rl.algos.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
 from asr_rl.algos.masked import masked_mean
 from asr_rl.trainer.run.metrics import timer
-from asr_rl.trainer.rl.rank import Workers
-from asr_rl.algos.reward_shaping import normalize_then_sum
+from asr_rl.trainer.run.step_end import StepEnd
+from asr_rl.trainer.rl.interfaces import Workers
+from asr_rl.algos.reward_shaping import REWARD_AGGREGATIONS
 from asr_rl.trainer.rl.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
                                     merge_reward_outputs)
 
@@ -137,12 +137,13 @@ class RLTrainer:
         mask = exp.response_mask
         kl_penalty, metrics = reward_kl_penalty(exp.old_logp, exp.ref_logp, mask, a.kl_estimator, a.kl_clamp,
                                                 coef=0.0 if a.use_kl_loss else self.kl_ctl.value)
-        rewards = exp.rewards
-        if a.reward_aggregation == "normalize_then_sum":  # GDPO: each term normalised in its group
-            weights = self.cfg.reward.terms
-            terms = torch.tensor([[v for g in exp.groups for v in g.terms[k]] for k in weights])
-            rewards = normalize_then_sum(terms, torch.tensor(list(weights.values())), exp.group_size,
-                                         a.group_std_eps)
+        terms = weights = None
+        if REWARD_AGGREGATIONS.spec(a.reward_aggregation).per_term:  # e.g. GDPO: each term normalised in its group
+            names = self.cfg.reward.terms
+            terms = torch.tensor([[v for g in exp.groups for v in g.terms[k]] for k in names])
+            weights = torch.tensor(list(names.values()))
+        rewards = REWARD_AGGREGATIONS.get(a.reward_aggregation)(exp.rewards, terms, weights, exp.group_size,
+                                                                 a.group_std_eps)
         out = compute_advantages(a.advantage_estimator, AdvantageInputs(
             rewards=rewards, response_mask=mask, group_size=exp.group_size, values=exp.values,
             kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps, std_norm=a.advantage_std_norm,
@@ -162,30 +163,16 @@ class RLTrainer:
     # ------------------------------------------------------------------ the run
     def fit(self) -> None:
         cfg = self.cfg
-        bar = tqdm(total=cfg.max_steps, initial=self.step_no, desc="rl", disable=not cfg.logging.progress_bar)
-        run_start = time.perf_counter()
+        end = StepEnd(cfg, self.logger, self.step_no, "rl", postfix="reward/mean")
         if self.eval_fn is not None and cfg.eval_steps > 0 and self.step_no == 0:
             # the start's score on the same dev utterances, so the dev curve begins at the SFT checkpoint
             self.logger.log(0, self.eval_fn())
         while self.step_no < cfg.max_steps:
             start = time.perf_counter()
             metrics = self.step()
-            metrics["time/step"] = time.perf_counter() - start
-            metrics["time/elapsed_min"] = (time.perf_counter() - run_start) / 60
-            out_of_time = 0 < cfg.max_minutes <= metrics["time/elapsed_min"]
-            step, last = self.step_no, self.step_no >= cfg.max_steps or out_of_time
-            if last or (cfg.save_steps > 0 and step % cfg.save_steps == 0):
-                self.save()  # before the evaluation: a failing evaluation cannot lose the step's update
-            if self.eval_fn is not None and (last or (cfg.eval_steps > 0 and step % cfg.eval_steps == 0)):
-                metrics.update(self.eval_fn())
-            self.logger.log(step, metrics)
-            bar.update(1)
-            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
-            if out_of_time:
-                log.info("max_minutes %.1f reached at step %d", cfg.max_minutes, step)
+            if end(self.step_no, metrics, start, self.save, self.eval_fn):
                 break
-        bar.close()
-        self.logger.close()
+        end.close()
 
     def save(self) -> None:
         # batches in flight are drawn again after a resume (sampled then with the resumed weights)

@@ -1,77 +1,21 @@
-"""One policy rank, and the interface the loop calls its backend through.
+"""One policy rank.
 
 `PolicyRank` is everything one process of the policy does in an RL step: the policy with its
 colocated KL reference and critic, their optimisers (a `LocalStrategy`, or DeepSpeed on a Ray
 rank) and a rollout engine. The local backend is one `PolicyRank` in process
-(trainer/workers.py); every Ray trainer rank wraps one (distributed/ray_actors.py), so encoding,
-sampling, log-prob passes and the update are written once.
-
-`Workers` is what `RLTrainer` (loop.py) calls; `LocalWorkers` and `RayWorkers` implement it.
+(trainer/rl/workers.py); every Ray trainer rank wraps one (distributed/ray_actors.py), so encoding,
+sampling, log-prob passes and the update are written once. The backends implement `Workers`
+(trainer/rl/interfaces.py) over it.
 """
 from __future__ import annotations
 
 import logging
-from typing import Protocol, runtime_checkable
 
 from asr_rl.trainer.rl.actor import critic_update, forward_logprobs, forward_values, ppo_update
 from asr_rl.trainer.run.memory import peak_memory_gib
 from asr_rl.trainer.rl.rollout import Experience, Sampled
 
 log = logging.getLogger("asr_rl.train")
-
-
-@runtime_checkable
-class Workers(Protocol):
-    """The backend of an RL run, as the loop sees it. Experience travels whole; a backend shards
-    it over its ranks by whole groups (`group_multiple`: the kept groups per step are a multiple
-    of it)."""
-
-    pad_id: int
-    group_multiple: int
-
-    def report_memory(self, longest, device: str) -> None:
-        """Log one policy rank's memory estimate for the longest utterance, before the first step."""
-
-    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
-        """Decode a dev manifest; `eval/*` metrics."""
-
-    def encode(self, batch) -> list:
-        """Prompt rows (`PromptRow`) for a batch."""
-
-    def sample(self, rows: list, n: int, seeds: list[int]) -> list[Sampled]:
-        """n responses per prompt row with the engine's log-probs; one seed per response."""
-
-    def submit(self, rows: list, n: int, seeds: list[int]):
-        """Start sampling as `sample` does; returns a handle at once where the engines run apart
-        (engine actors), else after sampling."""
-
-    def collect(self, handle) -> tuple[list[Sampled], int]:
-        """The samples of a `submit`, and the weights version (updates applied) that produced them."""
-
-    def decode(self, ids: list[int]) -> str: ...
-
-    def parse(self, text: str, language: str | None): ...
-
-    def annotate(self, exp: Experience, need_old_logp: bool) -> None:
-        """Fill `old_logp`, `ref_logp` and `values` as the run needs them."""
-
-    def train(self, exp: Experience, step: int, kl_coef: float) -> dict[str, float]:
-        """One policy (and critic) update on the experience; metrics averaged over ranks."""
-
-    def sync_weights(self, version: int) -> None:
-        """The rollout engine gets the updated weights (`version` updates applied)."""
-
-    def save_model(self, path) -> None: ...
-
-    def save_engine_state(self, folder) -> None:
-        """Optimiser state the backend keeps outside `state_dict` (DeepSpeed's own checkpoint)."""
-
-    def state_dict(self) -> dict: ...
-
-    def load_state_dict(self, state: dict, ckpt) -> None:
-        """Restore weights and optimiser state (the loop then syncs the engine)."""
-
-    def shutdown(self) -> None: ...
 
 
 class PolicyRank:
@@ -81,17 +25,16 @@ class PolicyRank:
         cfg: the RLConfig.
         policy, ref, critic: the models (`ref`/`critic` None when not colocated or not needed).
         actor, critic_strategy: how gradients are applied (`backward`, `step`, `gathered`).
-        engine: the rollout engine (`generate(rows, n, rollout, seeds)`, `sync_weights()`).
+        engine: the `RolloutEngine` this rank samples with (trainer/rl/engines.py); None where engine
+            actors sample instead (Ray: `samples_in_engine_actors`).
         rank, world_size: this rank among the policy's data-parallel ranks.
     """
 
     def __init__(self, cfg, policy, ref, critic, actor, critic_strategy=None, engine=None, rank: int = 0,
                  world_size: int = 1):
-        from asr_rl.trainer.rl.workers import HFRolloutEngine
-
         self.cfg, self.policy, self.ref, self.critic = cfg, policy, ref, critic
         self.actor, self.critic_strategy = actor, critic_strategy
-        self.engine = engine or HFRolloutEngine(policy)
+        self.engine = engine
         self.rank, self.world_size = rank, world_size
 
     def full_weights(self):
@@ -103,6 +46,10 @@ class PolicyRank:
         return self.policy.encode_batch(batch)
 
     def sample(self, rows: list, n: int, seeds: list[int]) -> list[Sampled]:
+        if self.engine is None:
+            r = self.cfg.rollout
+            raise RuntimeError(f"policy rank {self.rank} has no rollout engine: engine actors sample "
+                               f"(rollout.engine={r.engine}, async_enable={r.async_enable})")
         self.policy.eval()
         with self.full_weights():
             return self.engine.generate(rows, n, self.cfg.rollout, seeds)
@@ -168,4 +115,4 @@ def train_critic(critic, strategy, exp: Experience, cfg, train_size: int, step: 
                          seed=cfg.seed + step)
 
 
-__all__ = ["Workers", "PolicyRank", "train_critic"]
+__all__ = ["PolicyRank", "train_critic"]

@@ -1,6 +1,6 @@
 """The local backend: policy, reference, critic and rollout engine in one process.
 
-`RLTrainer` (loop.py) talks to its workers only through the `Workers` interface (trainer/rank.py);
+`RLTrainer` (loop.py) talks to its workers only through the `Workers` interface (interfaces.py);
 the Ray backend (`trainer/distributed/ray_workers.py`) implements it over actor groups, so the loop
 does not know how ranks are placed. Both run the same `PolicyRank` code.
 """
@@ -11,43 +11,17 @@ import logging
 import torch
 
 from asr_rl.trainer.config import RLConfig
+from asr_rl.trainer.rl.engines import build_engine
+from asr_rl.trainer.rl.rank import PolicyRank
 from asr_rl.trainer.rl.rollout import Experience, Sampled
 from asr_rl.trainer.strategy import LocalStrategy
 
 log = logging.getLogger("asr_rl.train")
 
 
-class HFRolloutEngine:
-    """Sampling with the policy's own `generate` (the default everywhere). Weight sync is free:
-    the engine is the policy."""
-
-    def __init__(self, policy):
-        self.policy = policy
-
-    @torch.no_grad()
-    def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[Sampled]:
-        """For each prompt row, n sampled token-id lists (EOS included when emitted) with their
-        sampling log-probs; `seeds` has one seed per output sequence (row-major), so results do
-        not depend on batching or placement."""
-        embeds, mask = self.policy.embed_rows(prompt_rows)
-        out = self.policy.generate_from_embeds(embeds, mask, n, do_sample=True, temperature=rollout.temperature,
-                                               top_p=rollout.top_p, top_k=rollout.top_k,
-                                               max_new_tokens=rollout.max_new_tokens, seeds=seeds)
-        keep = [m.bool() for m in out.mask.cpu()]
-        seqs = [ids[k].tolist() for ids, k in zip(out.ids.cpu(), keep)]
-        logps = [lp[k].tolist() for lp, k in zip(out.logp.cpu(), keep)]
-        return [Sampled(seqs[i * n:(i + 1) * n], logps[i * n:(i + 1) * n]) for i in range(len(prompt_rows))]
-
-    def sync_weights(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def make_strategy(params, cfg: RLConfig, lr: float) -> LocalStrategy:
-    return LocalStrategy(params, lr, cfg.optim.weight_decay, cfg.optim.adam_betas, cfg.optim.max_norm,
-                         total_optimizer_steps(cfg), cfg.optim.lr_warmup_ratio, cfg.optim.min_lr_ratio)
+    """The actor's or the critic's optimiser (`lr`: its peak rate) over the whole run's steps."""
+    return LocalStrategy.from_config(params, cfg.optim, total_optimizer_steps(cfg), lr)
 
 
 def total_optimizer_steps(cfg: RLConfig) -> int:
@@ -57,18 +31,18 @@ def total_optimizer_steps(cfg: RLConfig) -> int:
 
 
 class LocalWorkers:
-    """The `Workers` interface (trainer/rank.py) over one in-process `PolicyRank`."""
+    """The `Workers` interface (interfaces.py) over one in-process `PolicyRank`; its engine is
+    `rollout.engine` built on the policy (trainer/rl/engines.py) unless one is given."""
 
     group_multiple = 1
 
     def __init__(self, cfg: RLConfig, policy, critic=None, engine=None):
-        from asr_rl.trainer.rl.rank import PolicyRank
-
         self.cfg = cfg
         ref = policy.reference_copy() if cfg.algo.init_kl_coef > 0 else None
         actor = make_strategy([p for _, p in policy.trainable_parameters()], cfg, cfg.optim.actor_learning_rate)
         critic_strategy = (make_strategy(critic.trainable_parameters(), cfg, cfg.optim.critic_learning_rate)
                            if critic is not None else None)
+        engine = engine if engine is not None else build_engine(cfg, policy)
         self.rank = PolicyRank(cfg, policy, ref, critic, actor, critic_strategy, engine)
         self.policy, self.ref, self.critic, self.engine = policy, ref, critic, self.rank.engine
         self.version = 0  # updates in the weights the engine samples with

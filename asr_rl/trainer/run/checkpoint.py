@@ -157,8 +157,13 @@ def restore_policy_weights(policy, ckpt: str | Path, trainable: dict | None) -> 
             for name, value in trainable.items():
                 params[name].copy_(value)
         return
-    reloaded = type(policy.model).from_pretrained(ckpt, dtype=next(policy.model.parameters()).dtype)
-    policy.model.load_state_dict(reloaded.state_dict())
+    restore_model_weights(policy.model, ckpt)
+
+
+def restore_model_weights(model: torch.nn.Module, ckpt: str | Path) -> None:
+    """Load a checkpoint folder's HF weights into the (already built) transformers `model`."""
+    reloaded = type(model).from_pretrained(ckpt, dtype=next(model.parameters()).dtype)
+    model.load_state_dict(reloaded.state_dict())
 
 
 def load_state(ckpt: str | Path) -> dict:
@@ -175,4 +180,4 @@ def cleanup_stale_temps(output_dir: str | Path) -> None:
 
 
 __all__ = ["save_checkpoint", "save_final", "list_checkpoints", "resolve_resume", "load_state", "rng_state",
-           "set_rng_state", "checkpoint_problem", "cleanup_stale_temps", "policy_resume_weights", "restore_policy_weights", "STATE_DIR"]
+           "set_rng_state", "checkpoint_problem", "cleanup_stale_temps", "policy_resume_weights", "restore_policy_weights", "restore_model_weights", "STATE_DIR"]

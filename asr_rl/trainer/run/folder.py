@@ -82,16 +82,24 @@ def defining_settings(cfg) -> dict:
             if k not in RESUMABLE_CHANGES and k.split(".", 1)[0] not in RESUMABLE_CHANGES}
 
 
-def claim_run_folder(cfg, command: str, has_checkpoints: bool) -> None:
-    """Check that `cfg.output_dir` may take this run, then write its `config.yaml` and `run.json`."""
+def check_run_folder(cfg, command: str, has_checkpoints: bool) -> None:
+    """Refuse a run that `cfg.output_dir` may not take (another run's checkpoints there without
+    resume=auto of the same run, or resume=none without overwrite_output_dir); writes nothing."""
     out = Path(cfg.output_dir)
     if has_checkpoints and cfg.resume == "auto":
         _check_same_run(out, cfg, command)
-    elif has_checkpoints and cfg.resume in ("none", "", "false"):
-        if not cfg.overwrite_output_dir:
-            raise ConfigError(f"output_dir {out} holds another run's checkpoints and resume=none; add "
-                              "overwrite_output_dir=true to delete them and start over, resume=auto to continue "
-                              "that run, or choose another output_dir")
+    elif has_checkpoints and cfg.resume in ("none", "", "false") and not cfg.overwrite_output_dir:
+        raise ConfigError(f"output_dir {out} holds another run's checkpoints and resume=none; add "
+                          "overwrite_output_dir=true to delete them and start over, resume=auto to continue "
+                          "that run, or choose another output_dir")
+
+
+def claim_run_folder(cfg, command: str, has_checkpoints: bool) -> None:
+    """The run starts in `cfg.output_dir`: an overwrite deletes the previous run's checkpoints and
+    metrics now (only once every input was read and validated), and `config.yaml`/`run.json` are
+    written."""
+    out = Path(cfg.output_dir)
+    if has_checkpoints and cfg.resume in ("none", "", "false"):
         for name in ("checkpoints", "final", "tensorboard", "metrics.jsonl"):
             target = out / name
             shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
@@ -124,4 +132,4 @@ def _get(cfg, dotted: str):
     return cfg
 
 
-__all__ = ["check_paths", "RunLock", "claim_run_folder", "defining_settings", "RUN_FILE"]
+__all__ = ["check_paths", "RunLock", "check_run_folder", "claim_run_folder", "defining_settings", "RUN_FILE"]

@@ -15,6 +15,7 @@ from asr_rl.trainer.run.setup import make_logger, setup_run
 from asr_rl.trainer.rl.loop import RLTrainer
 from asr_rl.trainer.run.metrics import read_metrics
 from asr_rl.trainer.recipes.rl import build_workers, load_rl_config
+from tests.trainer.distributed.ray_probe import rank_weights
 from tests.trainer.rl.test_grpo_e2e import _overrides
 
 pytest.importorskip("ray")
@@ -52,7 +53,7 @@ def _run(cfg):
     trainer.compute_advantages = spy
     try:
         trainer.fit()
-        return read_metrics(ctx.output_dir), versions, workers.digests()[0]
+        return read_metrics(ctx.output_dir), versions, rank_weights(workers)[0]
     finally:
         workers.shutdown()
 

@@ -10,6 +10,7 @@ from asr_rl.rewards.combine import build_reward
 from asr_rl.trainer.run.setup import make_logger, setup_run
 from asr_rl.trainer.rl.loop import RLTrainer
 from asr_rl.trainer.recipes.rl import build_workers, load_rl_config
+from tests.trainer.distributed.ray_probe import rank_weights
 from tests.trainer.rl.test_grpo_e2e import _overrides
 
 pytest.importorskip("ray")
@@ -44,8 +45,8 @@ def _one_step(cfg):
     trainer = RLTrainer(cfg, workers, build_reward(cfg.reward), loader, make_logger(cfg, ctx, 0), ctx.output_dir)
     try:
         trainer.fit()
-        if hasattr(workers, "digests"):
-            return workers.digests()
+        if hasattr(workers, "ranks"):
+            return rank_weights(workers)
         return [{n: p.detach().clone() for n, p in workers.policy.model.named_parameters() if p.requires_grad}]
     finally:
         getattr(workers, "shutdown", lambda: None)()
@@ -91,8 +92,9 @@ def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_
     out = tmp_path / "dies"
     cli = [str(Path(sys.executable).parent / "asr-rl"), "train", "grpo", *_overrides(
         tiny_model, tiny_corpus, out, "backend=ray", "max_steps=3", "save_steps=1", "rollout.dynamic_filtering=false")]
-    res = subprocess.run(cli, env={**os.environ, "ASR_RL_KILL_RANK": "1:2", "RAY_ADDRESS": ""},
-                         capture_output=True, text=True, timeout=600)
+    fault = Path(__file__).parents[2] / "fault.py"
+    res = subprocess.run([sys.executable, str(fault), "kill-rank", "1:2", "--", *cli[1:]],
+                         env={**os.environ, "RAY_ADDRESS": ""}, capture_output=True, text=True, timeout=600)
     assert res.returncode != 0
     assert "trainer rank 1 died during `train`" in res.stderr, res.stderr[-3000:]
     assert "memory estimate per policy rank" in res.stderr  # logged by rank 0 before the first step

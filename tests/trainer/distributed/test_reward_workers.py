@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from asr_rl.rewards.base import RewardError, Sample
-from asr_rl.rewards.plugins import load_reward_spec
+from asr_rl.rewards.combine import load_reward_spec
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.ray]

@@ -27,12 +27,14 @@ def _rank(rank: int, port: int, out: str) -> None:
     from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy, init_distributed
     from asr_rl.algos.losses import LossOutput, aggregate_loss
     from asr_rl.trainer.rl.rollout import Group, build_experience
+    from asr_rl.trainer.strategy import OptimConfig
 
     init_distributed(rank, 2, "127.0.0.1", port)
     module = torch.nn.Linear(1, 1, bias=False)
     torch.nn.init.ones_(module.weight)
-    strategy = DeepSpeedStrategy(module, list(module.parameters()), lr=0.1, weight_decay=0.0, betas=(0.9, 0.999),
-                                 max_norm=1e9, total_steps=10, warmup_ratio=0.0, min_lr_ratio=1.0, zero_stage=2,
+    optim = OptimConfig(learning_rate=0.1, adam_betas=(0.9, 0.999), max_norm=1e9, lr_warmup_ratio=0.0,
+                        lr_scheduler="constant_with_warmup")
+    strategy = DeepSpeedStrategy(module, list(module.parameters()), optim, total_steps=10, zero_stage=2,
                                  micro_batch=1, world_size=2)
     exp = build_experience([Group(None, None, RESPONSES[rank], ["x"], rewards=[0.0])], 1, pad_id=0)
     w = module.weight.view(())

@@ -238,6 +238,32 @@ def test_text_policy_greedy_parity(tiny_text_model):
         engine.close()
 
 
+def test_the_local_text_path_samples_with_the_vllm_engine(tiny_text_model, text_data, tmp_path, monkeypatch):
+    """`rollout.engine=vllm` reaches the text RLHF path too (one `build_workers` for audio and text)."""
+    from asr_rl.models.text_policy import TextPolicy
+    from asr_rl.trainer.recipes.rl import train_rl
+    from asr_rl.trainer.run.metrics import read_metrics
+    from tests.trainer.recipes.test_text_rlhf import _text
+
+    built, generated, reloaded = [], [], []
+    init, generate, load = VLLMRolloutEngine.__init__, VLLMRolloutEngine.generate, VLLMRolloutEngine.load_weights
+    monkeypatch.setattr(VLLMRolloutEngine, "__init__", lambda self, policy, *a, **k: (
+        built.append(policy), init(self, policy, *a, **k))[-1])
+    monkeypatch.setattr(VLLMRolloutEngine, "generate", lambda self, rows, n, *a, **k: (
+        generated.append(len(rows) * n), generate(self, rows, n, *a, **k))[-1])
+    monkeypatch.setattr(VLLMRolloutEngine, "load_weights", lambda self, *a, **k: reloaded.append(load(self, *a, **k)))
+    reward = tmp_path / "r.py"
+    reward.write_text("def reward_func(queries, prompts, labels, hypotheses=None, **kw):\n"
+                      "    return [float(l in h) - 0.1 * len(h) for h, l in zip(hypotheses, labels)]\n")
+    train_rl("grpo", None, _text(tiny_text_model, text_data, tmp_path / "g", f"reward.file={reward}",
+                                 "rollout.engine=vllm", "n_samples_per_prompt=4", "micro_train_batch_size=8",
+                                 "max_steps=2", "save_steps=0", "rollout.dynamic_filtering=false"))
+    assert len(built) == 1 and isinstance(built[0], TextPolicy)
+    assert generated == [16, 16]  # every rollout: 4 prompts x 4 samples, from vLLM
+    assert len(reloaded) == 2 and all(n > 0 for n in reloaded)  # a weight sync after every update
+    assert [r["step"] for r in read_metrics(tmp_path / "g")] == [1, 2]
+
+
 def _compare_script():
     import importlib.util
     from pathlib import Path

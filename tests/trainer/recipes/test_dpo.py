@@ -5,12 +5,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from asr_rl.config import load_config
 from asr_rl.data.manifest import ManifestError, read_manifest
 from asr_rl.data.pairs import read_pairs, read_unpaired
 from asr_rl.trainer.recipes.dpo import DPOConfig, batch_indices, load_examples, reference_logps, train_dpo
 from asr_rl.trainer.recipes.pairs import select_pairs
+from asr_rl.trainer.run.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +46,7 @@ def test_bad_pair_lines_are_refused_each_named(tiny_corpus, tmp_path):
     msg = str(e.value)
     assert f"{path}:2: missing or empty `rejected`" in msg
     assert f"{path}:3: `chosen` and `rejected` are the same text" in msg
-    assert f"{path}:4: missing or empty `rejected`" in msg and ":1:" not in msg
+    assert f"{path}:4: `rejected` must be a string, got int 3" in msg and ":1:" not in msg
     kto = _pair_file(tmp_path, tiny_corpus, [{"completion": "a", "label": "yes"}, {"completion": "b", "label": True}])
     with pytest.raises(ManifestError, match=r":1: `label` must be true"):
         read_unpaired(kto, audio=True)
@@ -93,7 +95,8 @@ def test_audio_preference_training_grows_the_chosen_margin(tiny_model, tiny_corp
     pairs = _reference_pairs(tmp_path, tiny_corpus)
     cfg = load_config(DPOConfig, None, [
         f"pretrain={tiny_model}", f"train_manifest={pairs}", f"output_dir={tmp_path / 'run'}", f"loss_type={loss_type}",
-        "max_steps=6", "save_steps=3", "eval_steps=0", "learning_rate=0.005", "lr_warmup_ratio=0", "beta=0.5",
+        "max_steps=6", "save_steps=3", "eval_steps=0", "optim.learning_rate=0.005", "optim.lr_warmup_ratio=0",
+        "beta=0.5",
         f"train_batch_size={batch}", "micro_train_batch_size=8", "logging.tensorboard=false", "logging.progress_bar=false"])
     ex = load_examples(load_config(DPOConfig, None, [f"train_manifest={pairs}"]), audio=True)
     before = _margin(AudioPolicy.from_pretrained(tiny_model), ex)
@@ -111,19 +114,23 @@ def test_a_resumed_run_ends_where_the_uninterrupted_one_does(tiny_model, tiny_co
 
     pairs = _reference_pairs(tmp_path, tiny_corpus)
     common = [f"pretrain={tiny_model}", f"train_manifest={pairs}", "max_steps=4", "save_steps=2", "eval_steps=0",
-              "learning_rate=0.005", "train_batch_size=4", "micro_train_batch_size=2", "logging.tensorboard=false",
-              "logging.progress_bar=false"]
+              "optim.learning_rate=0.005", "train_batch_size=4", "micro_train_batch_size=2",
+              "logging.tensorboard=false", "logging.progress_bar=false"]
     whole = train_dpo(load_config(DPOConfig, None, common + [f"output_dir={tmp_path / 'whole'}"]))
     cut = tmp_path / "cut"
-    fault = Path(__file__).resolve().parents[1] / "fault.py"  # SIGKILL after step 3 is logged (after step 2's save)
+    fault = Path(__file__).resolve().parents[2] / "fault.py"  # SIGKILL after step 3 is logged (after step 2's save)
     res = subprocess.run([sys.executable, str(fault), "after-step", "3", "--", "train", "dpo", *common,
                           f"output_dir={cut}"], capture_output=True, text=True, timeout=600)
     assert res.returncode == -9, res.stderr[-2000:]
     resumed = train_dpo(load_config(DPOConfig, None, common + [f"output_dir={cut}", "resume=auto"]))
     from safetensors.torch import load_file
 
+    # bit for bit: the resumed run encodes its audio in the batches the uninterrupted one did
     a, b = load_file(Path(whole) / "model.safetensors"), load_file(Path(resumed) / "model.safetensors")
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    whole_rows, cut_rows = (read_metrics(tmp_path / "whole"), read_metrics(cut))
+    assert [m["step"] for m in cut_rows] == [1, 2, 3, 4]
+    assert [m["dpo/loss"] for m in cut_rows] == [m["dpo/loss"] for m in whole_rows]
 
 
 def test_text_dpo_on_prompt_chosen_rejected_lines(tiny_text_model, text_data, tmp_path):
@@ -131,7 +138,7 @@ def test_text_dpo_on_prompt_chosen_rejected_lines(tiny_text_model, text_data, tm
 
     cfg = load_config(DPOConfig, None, [
         f"pretrain={tiny_text_model}", f"prompt_data={text_data['prefs']}", f"output_dir={tmp_path / 'run'}",
-        "max_steps=5", "save_steps=0", "learning_rate=0.005", "beta=0.5", "train_batch_size=8",
+        "max_steps=5", "save_steps=0", "optim.learning_rate=0.005", "beta=0.5", "train_batch_size=8",
         "micro_train_batch_size=8", "logging.tensorboard=false", "logging.progress_bar=false"])
     ex = load_examples(cfg, audio=False)
     before = _margin(TextPolicy.from_pretrained(tiny_text_model), ex)
@@ -158,3 +165,22 @@ def test_the_cli_builds_pairs_from_n_best_and_trains_on_them(tiny_model, tiny_co
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (tmp_path / "dpo" / "final" / "model.safetensors").is_file()
+
+
+def test_a_bad_pair_file_is_refused_before_the_model_loads(tiny_model, tiny_corpus, tmp_path, capsys):
+    """The model folder's weights are unreadable: had it loaded first, that error would come first."""
+    import shutil
+
+    from asr_rl.cli import main
+
+    broken = tmp_path / "model"
+    shutil.copytree(tiny_model, broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.write_bytes(b"not weights")
+    pairs = _pair_file(tmp_path, tiny_corpus, [{"chosen": "a b", "rejected": 123}])
+    for command in ("dpo", "kto"):
+        code = main(["train", command, f"pretrain={broken}", f"train_manifest={pairs}",
+                     f"output_dir={tmp_path / command}"])
+        err = capsys.readouterr().err
+        assert code == 2 and f"{pairs}:1:" in err and "safetensors" not in err, err
+        assert not (tmp_path / command).exists()  # nothing written either

@@ -11,10 +11,11 @@ def test_released_checkpoints_get_fine_tuning_rates_and_settings_win(tiny_model,
     released = tmp_path / "Qwen3-ASR-hf"
     shutil.copytree(tiny_model, released)
     (released / "asr_rl.json").unlink()  # as a folder from the hub has none
-    assert load_with_checkpoint_presets(SFTConfig, "sft", None, [f"pretrain={released}"]).learning_rate == 1e-5
-    assert load_with_checkpoint_presets(SFTConfig, "sft", None, [f"pretrain={tiny_model}"]).learning_rate == 2e-3
+    sft = load_with_checkpoint_presets(SFTConfig, "sft", None, [f"pretrain={released}"])
+    assert sft.optim.learning_rate == 1e-5 and sft.optim.weight_decay == 0.01  # SFT's other defaults stay
+    assert load_with_checkpoint_presets(SFTConfig, "sft", None, [f"pretrain={tiny_model}"]).optim.learning_rate == 2e-3
     assert load_with_checkpoint_presets(SFTConfig, "sft", None, [f"pretrain={released}",
-                                                                 "learning_rate=3e-5"]).learning_rate == 3e-5
+                                                                 "optim.learning_rate=3e-5"]).optim.learning_rate == 3e-5
     rl = load_rl_config("ppo", None, [f"pretrain={released}"])
     assert (rl.optim.actor_learning_rate, rl.optim.critic_learning_rate) == (1e-6, 9e-6)
     assert rl.algo.advantage_estimator == "gae"  # the algorithm preset still applies

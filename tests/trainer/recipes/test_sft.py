@@ -14,7 +14,7 @@ from asr_rl.trainer.config import SFTConfig
 from asr_rl.trainer.run.metrics import read_metrics
 from asr_rl.trainer.recipes.sft import train_sft
 
-FAULT = Path(__file__).resolve().parents[1] / "fault.py"  # SIGKILL at a chosen point, outside the product
+FAULT = Path(__file__).resolve().parents[2] / "fault.py"  # SIGKILL at a chosen point, outside the product
 
 def _overrides(tiny_model, tiny_corpus, out, *extra):
     return [f"pretrain={tiny_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", f"output_dir={out}",
@@ -74,7 +74,7 @@ def test_sft_on_a_pretrained_encoder_freezes_it_and_encodes_each_variant_once(wh
 
 def test_sft_trains_the_encoder_by_default_and_loss_falls(tiny_model, tiny_corpus, tmp_path):
     final = train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "max_steps=12", "save_steps=0",
-                           "learning_rate=0.01", "augment.noise_prob=0", "augment.spec_augment=false",
+                           "optim.learning_rate=0.01", "augment.noise_prob=0", "augment.spec_augment=false",
                            "data.shuffle=false", "train_batch_size=8", "micro_train_batch_size=8"))
     before, after = _params(tiny_model), _params(final)
     assert not torch.equal(before["model.audio_tower.conv2d1.weight"], after["model.audio_tower.conv2d1.weight"])

@@ -20,7 +20,7 @@ def reward_model(tiny_text_model, text_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("rm")
     train_rm(load_config(RMConfig, None, [f"pretrain={tiny_text_model}", f"prompt_data={text_data['prefs']}",
                                           f"output_dir={out}", "max_steps=40", "train_batch_size=8",
-                                          "learning_rate=0.003", "logging.tensorboard=false",
+                                          "optim.learning_rate=0.003", "logging.tensorboard=false",
                                           "logging.progress_bar=false"]))
     return out
 

@@ -85,7 +85,7 @@ def test_killed_after_step_2_resumes_to_the_same_step_3(tiny_model, tiny_corpus,
     resumed = tmp_path / "resumed"
     cli = [str(Path(sys.executable).parent / "asr-rl"), "train", "grpo",
            *_overrides(tiny_model, tiny_corpus, resumed)]
-    fault = [sys.executable, str(Path(__file__).resolve().parents[1] / "fault.py"), "after-step", "2", "--", *cli[1:]]
+    fault = [sys.executable, str(Path(__file__).resolve().parents[2] / "fault.py"), "after-step", "2", "--", *cli[1:]]
     killed = subprocess.run(fault, capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert [r["step"] for r in read_metrics(resumed)] == [1, 2]

@@ -61,10 +61,11 @@ def test_nan_reward_stops_the_run_and_keeps_the_last_checkpoint(tiny_model, tiny
 
 
 def _local_strategy(w):
-    from asr_rl.trainer.strategy import LocalStrategy
+    from asr_rl.trainer.strategy import LocalStrategy, OptimConfig
 
-    return LocalStrategy([w], lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), max_norm=1e9, total_steps=10,
-                         warmup_ratio=0.0, min_lr_ratio=1.0)
+    optim = OptimConfig(learning_rate=0.1, adam_betas=(0.9, 0.999), max_norm=1e9, lr_warmup_ratio=0.0,
+                        lr_scheduler="constant_with_warmup")
+    return LocalStrategy.from_config([w], optim, total_steps=10)
 
 
 def test_nan_loss_raises_before_the_optimizer_steps():

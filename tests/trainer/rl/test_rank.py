@@ -2,7 +2,8 @@
 is one `PolicyRank` (the code each Ray trainer rank runs too)."""
 import inspect
 
-from asr_rl.trainer.rl.rank import PolicyRank, Workers
+from asr_rl.trainer.rl.interfaces import Workers
+from asr_rl.trainer.rl.rank import PolicyRank
 
 
 def _methods(cls) -> set[str]:

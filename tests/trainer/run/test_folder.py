@@ -23,20 +23,21 @@ def _cfg(cls, tmp_path, *extra):
 
 
 def _with_checkpoint(cfg) -> None:
-    ctx = setup_run(cfg)
-    save_checkpoint(ctx.output_dir, 1, lambda folder: (folder / "model.safetensors").write_bytes(b"w"), {"step": 1})
+    with setup_run(cfg) as ctx:
+        ctx.start()
+        save_checkpoint(ctx.output_dir, 1, lambda folder: (folder / "model.safetensors").write_bytes(b"w"), {"step": 1})
 
 
 def test_a_different_run_is_refused_and_the_folder_keeps_its_config(tmp_path):
-    _with_checkpoint(_cfg(SFTConfig, tmp_path, "learning_rate=0.002"))
+    _with_checkpoint(_cfg(SFTConfig, tmp_path, "optim.learning_rate=0.002"))
     saved = (tmp_path / "run" / "config.yaml").read_text()
-    with pytest.raises(ConfigError, match=r"holds the checkpoints of a different run \(learning_rate: 0\.002 -> 0\.01\)"
-                                          r".*resume=none overwrite_output_dir=true"):
-        setup_run(_cfg(SFTConfig, tmp_path, "learning_rate=0.01"))
+    with pytest.raises(ConfigError, match=r"holds the checkpoints of a different run "
+                                          r"\(optim\.learning_rate: 0\.002 -> 0\.01\).*resume=none overwrite_output_dir=true"):
+        setup_run(_cfg(SFTConfig, tmp_path, "optim.learning_rate=0.01"))
     assert (tmp_path / "run" / "config.yaml").read_text() == saved
     # settings that do not define the run may change on resume
-    ctx = setup_run(_cfg(SFTConfig, tmp_path, "learning_rate=0.002", "max_steps=500", "save_steps=7"))
-    assert ctx.resume_from == list_checkpoints(tmp_path / "run")[-1]
+    with setup_run(_cfg(SFTConfig, tmp_path, "optim.learning_rate=0.002", "max_steps=500", "save_steps=7")) as ctx:
+        assert ctx.resume_from == list_checkpoints(tmp_path / "run")[-1]
 
 
 def test_sft_into_an_rl_folder_is_refused(tmp_path):
@@ -49,11 +50,26 @@ def test_resume_none_needs_overwrite_and_then_starts_clean(tmp_path):
     _with_checkpoint(_cfg(SFTConfig, tmp_path))
     (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
     with pytest.raises(ConfigError, match="add overwrite_output_dir=true"):
-        setup_run(_cfg(SFTConfig, tmp_path, "resume=none", "learning_rate=0.5"))
-    ctx = setup_run(_cfg(SFTConfig, tmp_path, "resume=none", "learning_rate=0.5", "overwrite_output_dir=true"))
-    assert ctx.resume_from is None and not list_checkpoints(ctx.output_dir)
-    assert not (ctx.output_dir / "metrics.jsonl").exists()
-    assert "learning_rate: 0.5" in (ctx.output_dir / "config.yaml").read_text()
+        setup_run(_cfg(SFTConfig, tmp_path, "resume=none", "optim.learning_rate=0.5"))
+    with setup_run(_cfg(SFTConfig, tmp_path, "resume=none", "optim.learning_rate=0.5",
+                        "overwrite_output_dir=true")) as ctx:
+        # nothing is deleted until the run starts (every input read and validated by then)
+        assert ctx.resume_from is None and list_checkpoints(ctx.output_dir)
+        assert "learning_rate: 0.5" not in (ctx.output_dir / "config.yaml").read_text()
+        ctx.start()
+        assert not list_checkpoints(ctx.output_dir) and not (ctx.output_dir / "metrics.jsonl").exists()
+        assert "learning_rate: 0.5" in (ctx.output_dir / "config.yaml").read_text()
+
+
+def test_a_run_in_process_releases_its_folder_and_a_refused_setup_holds_nothing(tmp_path):
+    cfg = _cfg(SFTConfig, tmp_path)
+    with setup_run(cfg):
+        with pytest.raises(ConfigError, match="in use by another run"):  # no in-process takeover
+            setup_run(cfg)
+    _with_checkpoint(cfg)
+    with pytest.raises(ConfigError, match="add overwrite_output_dir=true"):
+        setup_run(_cfg(SFTConfig, tmp_path, "resume=none"))
+    setup_run(cfg).close()  # the refused setup above released its lock
 
 
 @pytest.mark.parametrize("key", ["eval_manifest", "train_manifest", "pretrain", "reward.file"])
@@ -78,7 +94,8 @@ def test_a_second_process_is_refused_while_the_first_holds_the_folder(tmp_path):
         holder.kill()
         holder.wait()
     time.sleep(0.1)
-    assert setup_run(cfg).output_dir == tmp_path / "run"  # the dead holder's lock is gone with it
+    with setup_run(cfg) as ctx:  # the dead holder's lock is gone with it
+        assert ctx.output_dir == tmp_path / "run"
 
 
 def test_checkpoint_folders_follow_the_umask(tmp_path):
@@ -123,3 +140,23 @@ def test_a_run_that_exits_cleanly_releases_the_lock_and_leaves_no_pid(tmp_path):
     subprocess.run([sys.executable, "-c", "from pathlib import Path; from asr_rl.trainer.run.folder import RunLock; "
                     f"RunLock(Path({str(tmp_path / 'run')!r}))"], check=True)
     assert (tmp_path / "run" / ".lock").read_text() == ""  # nothing for the next run to take over
+
+
+@pytest.mark.parametrize("command", ["sft", "grpo"])
+def test_an_overwrite_with_a_bad_manifest_deletes_nothing(tiny_model, tmp_path, command, capsys):
+    """resume=none overwrite_output_dir=true into a finished run's folder, with a manifest that fails
+    to read: the error names the line, and the old run's checkpoints, final model and metrics stay."""
+    from asr_rl.cli import main
+    from asr_rl.trainer.config import RLConfig
+
+    cls = SFTConfig if command == "sft" else RLConfig
+    run = tmp_path / "run"
+    _with_checkpoint(load_config(cls, None, [f"pretrain={tiny_model}", f"output_dir={run}"]))
+    (run / "final").mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "audio": "a.wav", "text": "x"\n')
+    code = main(["train", command, f"pretrain={tiny_model}", f"train_manifest={bad}", f"output_dir={run}",
+                 "resume=none", "overwrite_output_dir=true"])
+    assert code == 2 and f"{bad}:1" in capsys.readouterr().err
+    assert list_checkpoints(run) and (run / "final").is_dir() and (run / "metrics.jsonl").read_text()
