@@ -134,12 +134,24 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from asr_rl.evaluation.evaluate import run_eval
 
+    if (args.model is None) == (args.compare is None):
+        raise ValueError("asr-rl eval takes --model DIR, or --compare A B (model or eval output folders)")
     sets = {}
-    for item in args.test_set:
+    for item in args.test_set or []:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
         sets[name] = path
+    if args.compare:
+        from asr_rl.evaluation.compare import run_compare
+
+        run_compare(*args.compare, test_sets=sets or None, output=args.output, n_resamples=args.resamples,
+                    seed=args.seed, eval_kwargs=dict(batch_size=args.batch_size, num_beams=args.num_beams,
+                                                     device=args.device, max_new_tokens=args.max_new_tokens,
+                                                     progress=not args.quiet, dtype=args.dtype))
+        return 0
+    if not sets:
+        raise ValueError("asr-rl eval --model needs at least one --test-set NAME=PATH.jsonl")
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
                       device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
                       dtype=args.dtype)
@@ -256,9 +268,17 @@ def _add_run_commands(sub) -> None:
     train.add_argument("--config", default=None, help="YAML config; key=value overrides follow")
     train.set_defaults(func=_train, accepts_overrides=True)
 
-    ev = sub.add_parser("eval", help="CER/WER, keyword recall, language accuracy per test set")
-    ev.add_argument("--model", required=True)
-    ev.add_argument("--test-set", required=True, action="append", help="NAME=PATH.jsonl (repeatable)")
+    ev = sub.add_parser("eval", help="CER/WER, keyword recall, language accuracy per test set; --compare A B: "
+                                     "paired bootstrap intervals and error breakdown")
+    ev.add_argument("--model", default=None)
+    ev.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                    help="instead of --model: B against A, each a model folder (decoded) or an eval --output "
+                         "folder (its hypotheses reused)")
+    ev.add_argument("--test-set", action="append", help="NAME=PATH.jsonl (repeatable; with --compare of two "
+                                                        "eval folders, optional: default the sets both hold)")
+    ev.add_argument("--resamples", type=_at_least(1, "bootstrap resamples"), default=1000,
+                    help="--compare: bootstrap resamples")
+    ev.add_argument("--seed", type=int, default=0, help="--compare: bootstrap seed")
     ev.add_argument("--output", default=None)
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--num-beams", type=int, default=1)

@@ -47,9 +47,9 @@ def bench_hf(model, embeds, n: int, new_tokens: int, engine_loop: bool) -> tuple
     with torch.no_grad():
         if engine_loop:  # HFRolloutEngine: the policy's KV-cache loop, one seed per sequence
             sampler = SeededGumbelSampler(list(range(embeds.shape[0] * n)), temperature=1.0)
-            stub = SimpleNamespace(model=model, forbidden_ids=[], pad_id=0, eos_id=-1)  # -1: no early stop
-            out = CausalPolicy._sample_loop(stub, embeds.repeat_interleave(n, 0), mask.repeat_interleave(n, 0),
-                                            sampler, new_tokens)
+            stub = SimpleNamespace(model=model, forbidden_ids=[], pad_id=0, eos_id=-1,  # -1: no early stop
+                                   shared_prefix=True)  # each prompt prefilled once for its n samples
+            out, _ = CausalPolicy._sample_loop(stub, embeds, mask, sampler, new_tokens, n)
         else:
             out = model.generate(inputs_embeds=embeds, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
                                  top_p=1.0, num_return_sequences=n, max_new_tokens=new_tokens,

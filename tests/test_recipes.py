@@ -12,6 +12,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 def test_sft_demo_config_loads():
     cfg = load_config(SFTConfig, CONFIGS / "sft_demo.yaml")  # the pretrained encoder decides: frozen, no CTC
     assert cfg.ctc_weight is None and cfg.model.freeze_encoder is None and cfg.augment.variants >= 1
+    # early stopping and the WSD schedule are there to tune, and off: the demo runs its cosine to max_steps
+    assert cfg.early_stopping_patience == 0 and cfg.optim.lr_scheduler == "cosine_with_min_lr"
 
 
 def test_sft_scratch_config_loads():

@@ -83,12 +83,15 @@ class AdvantageSpec:
         grouped: its baseline is over the n samples of a prompt (needs n_samples_per_prompt >= 2;
             ties carry no signal, so dynamic filtering is on by default).
         batch_whitened: its advantages are whitened over the batch's valid tokens.
+        baseline_in_loss: it passes the rewards through, and the policy loss subtracts the group's
+            baseline (a grouped policy loss, `PolicyLossSpec.grouped`; checked at load).
         gamma: how `gamma` is used (documentation).
     """
 
     needs_critic: bool = False
     grouped: bool = False
     batch_whitened: bool = False
+    baseline_in_loss: bool = False
     gamma: str = "discounts the token rewards' reward-to-go (default 1.0: the sequence reward everywhere)"
 
 
@@ -362,6 +365,20 @@ def rloo(x: AdvantageInputs) -> AdvantageOutput:
     g = _grouped(_float_rewards(x), n, "rloo")
     shaped = (g - (g.sum(dim=1, keepdim=True) - g) / (n - 1)).flatten()
     return _reinforce_style(x, shaped, whiten_adv=False)
+
+
+@register_advantage("mwer", grouped=True, baseline_in_loss=True)
+def mwer(x: AdvantageInputs) -> AdvantageOutput:
+    """The rewards passed through to the "mwer" policy loss, whose baseline is the group's mean risk
+    over its N-best (Prabhavalkar et al. 2018, arXiv:1712.01818; asr_rl/algos/mwer.py):
+    advantages = returns = reward-to-go of the token rewards (the clipped sequence reward at every
+    token with gamma 1, minus the KL penalty to go when KL is in the reward). No baseline, no scale.
+
+    Args:
+        x: `AdvantageInputs` with rows grouped by prompt, group_size >= 2.
+    """
+    r = _grouped(_float_rewards(x), x.group_size, "mwer").flatten()
+    return _reinforce_style(x, r, whiten_adv=False)
 
 
 # Estimators whose baseline is computed over the n samples of a prompt (the built-ins).

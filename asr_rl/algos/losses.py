@@ -21,10 +21,13 @@ from asr_rl.algos.kl import (KL_ESTIMATORS, AdaptiveKLController, FixedKLControl
                                kl_estimate, reward_kl_penalty)
 from asr_rl.algos.masked import masked_mean
 from asr_rl.algos.masked import zero_outside as _where
+from asr_rl.algos.mwer import mwer_group_loss
+from asr_rl.algos.off_policy import LUFFY_GAMMA, mix_off_policy, on_policy_mask
 
 __all__ = [
     "LossOutput", "PolicyLossInputs", "AggSpec", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
-    "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "POLICY_LOSSES", "KL_ESTIMATORS", "kl_estimate",
+    "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "mwer_policy_loss",
+    "POLICY_LOSSES", "PolicyLossSpec", "KL_ESTIMATORS", "kl_estimate",
     "kl_loss", "reward_kl_penalty", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
 ]
 
@@ -121,6 +124,12 @@ class PolicyLossInputs:
             correction (trainer/rollout_correction.py), multiplying each token's loss; None = off.
         rollout_logp: ``(N, T)`` the rollout engine's log-probs, given when a correction is on;
             the sequence-ratio losses use it as the behaviour policy instead of the weights.
+        group_index: ``(N,)`` long, rows with the same value are one prompt's group (grouped losses).
+        ended: ``(N,)`` bool, the response ended with EOS (not cut at max_new_tokens); None = all.
+        off_policy: ``(N,)`` bool, the rows the policy did not sample (a reference transcript in
+            its group); their loss is LUFFY's shaped -A * pi / (pi + gamma), unclipped
+            (algos/off_policy.py), and the ratio metrics leave them out. None = all on-policy.
+        off_policy_gamma: gamma of that shaping (LUFFY: 0.1).
     """
 
     logp: Tensor
@@ -133,19 +142,39 @@ class PolicyLossInputs:
     loss_agg_mode: str = "token-mean"
     rollout_weights: Tensor | None = None
     rollout_logp: Tensor | None = None
+    group_index: Tensor | None = None
+    ended: Tensor | None = None
+    off_policy: Tensor | None = None
+    off_policy_gamma: float = LUFFY_GAMMA
+
+
+@dataclass(frozen=True)
+class PolicyLossSpec:
+    """What a policy loss declares; the config (at load) and the update read only this.
+
+    Attributes:
+        grouped: a loss over each prompt's whole group (reads `group_index`): micro-batches hold whole
+            groups and weigh equally (a seq-mean `loss_agg_mode`).
+        ratio: an importance-ratio surrogate: eps_clip, dual_clip and `algo.rollout_correction` apply.
+        max_sft_coef: the largest `algo.sft_coef` (cross-entropy interpolation) it takes; None = any.
+    """
+
+    grouped: bool = False
+    ratio: bool = True
+    max_sft_coef: float | None = None
 
 
 PolicyLossFn = Callable[[PolicyLossInputs], LossOutput]
-POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", PolicyLossSpec)
 
 # exp() of a log-ratio above this overflows quickly; verl clamps the log-ratio to +-20 the same way.
 _MAX_LOG_RATIO = 20.0
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator that registers `fn(x: PolicyLossInputs) -> LossOutput` under `name` (verl
-    `@register_policy_loss`)."""
-    return POLICY_LOSSES.register(name)
+def register_policy_loss(name: str, **spec) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator that registers `fn(x: PolicyLossInputs) -> LossOutput` under `name` with its
+    `PolicyLossSpec` fields (verl `@register_policy_loss`)."""
+    return POLICY_LOSSES.register(name, **spec)
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
@@ -165,7 +194,8 @@ def _clipped_surrogate(ratio: Tensor, log_ratio: Tensor, x: PolicyLossInputs, we
 
     loss = max(-A*r, -A*clip(r, 1-eps_low, 1+eps_high)); with dual clip (Ye et al. 2019,
     arXiv:1912.09729, eq. 5) for A < 0: loss = min(that, -c*A), which bounds the loss when r >> 1;
-    then times the per-token `weights` of a rollout correction, if any.
+    then times the per-token `weights` of a rollout correction, if any; off-policy rows, if any, then
+    take LUFFY's shaped loss instead (`mix_off_policy`), and the metrics are over the on-policy tokens.
 
     Args:
         ratio: ``(N, T)`` importance ratio (with grad), finite.
@@ -182,21 +212,25 @@ def _clipped_surrogate(ratio: Tensor, log_ratio: Tensor, x: PolicyLossInputs, we
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - x.eps_clip_low, 1.0 + x.eps_clip_high)
     loss_mat = torch.maximum(unclipped, clipped)
-    metrics = {"policy/clip_frac": masked_mean((clipped > unclipped).float(), mask).item()}
+    on = on_policy_mask(mask, x.off_policy)
+    metrics = {"policy/clip_frac": masked_mean((clipped > unclipped).float(), on).item()}
     if x.dual_clip is not None:
         bound = -x.dual_clip * advantages
         dual_active = (advantages < 0) & (loss_mat > bound)
         loss_mat = torch.where(advantages < 0, torch.minimum(loss_mat, bound), loss_mat)
-        metrics["policy/dual_clip_frac"] = masked_mean(dual_active.float(), mask).item()
+        metrics["policy/dual_clip_frac"] = masked_mean(dual_active.float(), on).item()
     if weights is not None:
         loss_mat = loss_mat * _where(mask, weights.detach())
+    if x.off_policy is not None:
+        loss_mat, off_metrics = mix_off_policy(loss_mat, x.logp, advantages, mask, x.off_policy, x.off_policy_gamma)
+        metrics.update(off_metrics)
     loss = aggregate_loss(loss_mat, mask, x.loss_agg_mode)
     with torch.no_grad():
         # k3 with samples from the OLD policy: (r - 1) - log r estimates KL(old || new)
         # (Schulman, http://joschu.net/blog/kl-approx.html); non-negative, low variance.
         lr = log_ratio.detach().clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        metrics["policy/approx_kl"] = masked_mean(torch.expm1(lr) - lr, mask).item()
-        valid = ratio.detach()[mask]
+        metrics["policy/approx_kl"] = masked_mean(torch.expm1(lr) - lr, on).item()
+        valid = ratio.detach()[on]
         metrics["policy/ratio_mean"] = valid.mean().item() if valid.numel() else 1.0
         metrics["policy/ratio_max"] = valid.max().item() if valid.numel() else 1.0
         metrics["policy/ratio_min"] = valid.min().item() if valid.numel() else 1.0
@@ -260,6 +294,12 @@ def _gspo(x: PolicyLossInputs, token_gradient: bool) -> LossOutput:
         log_s = seq_log_ratio.expand_as(lp)  # value and gradient of log s_i at every token
     ratio = torch.exp(log_s.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     return _clipped_surrogate(ratio, log_ratio, x, None)
+
+
+@register_policy_loss("mwer", grouped=True, ratio=False, max_sft_coef=0.1)
+def mwer_policy_loss(x: PolicyLossInputs) -> LossOutput:
+    """MWER over each group's N-best (Prabhavalkar et al. 2018, arXiv:1712.01818): asr_rl/algos/mwer.py."""
+    return LossOutput(*mwer_group_loss(x))
 
 
 # ---------------------------------------------------------------------------------------------------

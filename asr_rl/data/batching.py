@@ -176,6 +176,16 @@ class UtteranceSampler:
         self.position = DataPosition(self.position.epoch, start + self.batch_size)
         return [int(i) for i in idx]
 
+    @property
+    def epoch(self) -> int:
+        return self.position.epoch
+
+    def feedback(self, index, rewards) -> None:
+        """Scored groups change nothing here (`SignalSampler` learns from them)."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
     def state_dict(self) -> dict:
         return asdict(self.position)
 
@@ -186,18 +196,20 @@ class UtteranceSampler:
 class BatchLoader:
     """Seeded batches from a list of utterances (a lazily loaded `AudioBatch` each, with
     augmentation variants from `augmenter`) or of other items (given to `make_batch`, e.g. text
-    prompts); `state_dict` makes it resumable."""
+    prompts); `state_dict` makes it resumable. `sampler` replaces the seeded epochs (e.g. a
+    `SignalSampler`, data/signal_sampler.py, which `feedback` informs)."""
 
     def __init__(self, utterances: list, batch_size: int, seed: int = 0, shuffle: bool = True,
                  sample_rate: int = 16000, bucket_batches: int = 0, make_batch=None,
-                 augmenter: Augmenter | None = None):
+                 augmenter: Augmenter | None = None, sampler=None):
         self.utterances = utterances
         self.sample_rate = sample_rate
         self.make_batch = make_batch
         self.augmenter = augmenter
         lengths = [u.duration or 0.0 for u in utterances] if bucket_batches > 0 else None
-        self.sampler = UtteranceSampler(len(utterances), batch_size, seed=seed, shuffle=shuffle, lengths=lengths,
-                                        bucket_batches=bucket_batches)
+        self.sampler = sampler if sampler is not None else UtteranceSampler(
+            len(utterances), batch_size, seed=seed, shuffle=shuffle, lengths=lengths, bucket_batches=bucket_batches)
+        self._position = {id(u): i for i, u in enumerate(utterances)}  # item -> index, for `feedback`
 
     def next_batch(self):
         items = [self.utterances[i] for i in self.sampler.next_indices()]
@@ -207,7 +219,19 @@ class BatchLoader:
 
     @property
     def epoch(self) -> int:
-        return self.sampler.position.epoch
+        return self.sampler.epoch
+
+    def feedback(self, items: list, rewards: list[list[float]]) -> None:
+        """Each drawn item's scored group (`rewards[k]`, all its members') back to the sampler."""
+        try:
+            index = [self._position[id(item)] for item in items]
+        except KeyError:
+            raise ValueError("feedback names an item this loader did not draw") from None
+        self.sampler.feedback(index, rewards)
+
+    def metrics(self) -> dict[str, float]:
+        """The sampler's `sampler/*` logs (none for the uniform one)."""
+        return self.sampler.metrics()
 
     def state_dict(self) -> dict:
         return self.sampler.state_dict()

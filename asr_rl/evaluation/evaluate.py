@@ -51,7 +51,7 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
             loaded.append((i, u, wav))
         except (AudioError, AudioTooLong) as e:
             log.warning("%s: %s (skipped, counted as failed)", u.source or u.id, e)
-            results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e))
+            results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e), speaker=u.speaker)
     loaded.sort(key=lambda x: len(x[2]))
     policy.eval()
     bar = tqdm(total=len(loaded), desc="decode", disable=not progress, leave=False)
@@ -68,7 +68,7 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
             lang, transcript, _ = policy.parse(text, u.language)
             results[i] = UtteranceResult(u.id, u.text, transcript, u.language, u.keywords,
                                          predicted_language=None if policy.force_language else lang,
-                                         duration=len(wav) / policy.sample_rate)
+                                         duration=len(wav) / policy.sample_rate, speaker=u.speaker)
         bar.update(len(chunk))
     bar.close()
     return [results[i] for i in range(len(utterances))]
@@ -95,6 +95,17 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
              force_language: bool | None = None, progress: bool = True, dtype: str = "auto") -> dict[str, SetMetrics]:
     """Evaluate `model` on each named test set; write reports under `output` when given. `dtype`:
     float32, bfloat16, or auto (the dtype the checkpoint was saved in)."""
+    report = {name: m for name, (m, _) in decode_sets(model, test_sets, output, batch_size, num_beams, device,
+                                                      max_new_tokens, force_language, progress, dtype).items()}
+    print(format_table(report))
+    return report
+
+
+def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
+                batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
+                force_language: bool | None = None, progress: bool = True,
+                dtype: str = "auto") -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
+    """`run_eval` without the table: metrics and per-utterance results of each set."""
     from asr_rl.models.audio_policy import AudioPolicy
 
     for name, path in test_sets.items():
@@ -103,16 +114,14 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
     policy = AudioPolicy.from_pretrained(model, device=resolve_device(device), dtype=resolve_dtype(model, dtype))
     if force_language is not None:
         policy.force_language = force_language
-    report: dict[str, SetMetrics] = {}
+    out: dict[str, tuple[SetMetrics, list[UtteranceResult]]] = {}
     for name, path in test_sets.items():
-        metrics, results = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress)
-        report[name] = metrics
+        out[name] = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress)
         if output is not None:
-            write_jsonl(Path(output) / f"{name}.hyps.jsonl", (asdict(r) for r in results))
+            write_jsonl(Path(output) / f"{name}.hyps.jsonl", (asdict(r) for r in out[name][1]))
     if output is not None:
-        write_reports(report, Path(output), model=str(model))
-    print(format_table(report))
-    return report
+        write_reports({name: m for name, (m, _) in out.items()}, Path(output), model=str(model))
+    return out
 
 
 def resolve_dtype(model: str | Path, dtype: str) -> torch.dtype:

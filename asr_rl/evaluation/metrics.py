@@ -23,6 +23,7 @@ class UtteranceResult:
     predicted_language: str | None = None  # a name ("English") or code, as the model wrote it
     duration: float = 0.0
     error: str | None = None  # why the utterance could not be decoded (audio failed to load, ...)
+    speaker: str | None = None  # the manifest's optional `speaker` (blocks of `eval --compare`)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """`asr-rl report`: one Markdown/HTML page comparing checkpoints, with PNG plots.
 
 Inputs are run folders (`metrics.jsonl` from `asr-rl train ...`) and evaluation folders
-(`report.json` from `asr-rl eval`), in any order. Output: `report.md`, `report.html`,
+(`report.json` from `asr-rl eval`; from `asr-rl eval --compare`, its bootstrap intervals get a
+table of their own), in any order. Output: `report.md`, `report.html`,
 `training_curves.png` (reward mean and per-term rewards, KL, dev CER over steps) and `cer_by_set.png`.
 """
 from __future__ import annotations
@@ -10,23 +11,29 @@ import html
 import json
 from pathlib import Path
 
+from asr_rl.evaluation.compare_table import SIGNIFICANCE_HEAD, md_table, significance_rows
 from asr_rl.utils import atomic_write_text
 
 _TERM_PREFIX = "reward/"
 _NOT_TERMS = {"reward/mean", "reward/std"}
 
 
-def load_inputs(paths: list[str | Path]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
-    """(training runs: name -> metrics rows, evaluations: name -> test_sets dict)."""
-    runs, evals = {}, {}
+def load_inputs(paths: list[str | Path]) -> tuple[dict[str, list[dict]], dict[str, dict], dict[str, dict]]:
+    """(training runs: name -> metrics rows, evaluations: name -> test_sets dict, comparisons from
+    `asr-rl eval --compare`: name -> its compare section)."""
+    runs, evals, compares = {}, {}, {}
     for p in map(Path, paths):
         if (p / "metrics.jsonl").is_file():
             runs[p.name] = [json.loads(x) for x in (p / "metrics.jsonl").read_text().splitlines() if x.strip()]
         elif (p / "report.json").is_file():
-            evals[p.name] = json.loads((p / "report.json").read_text())["test_sets"]
+            saved = json.loads((p / "report.json").read_text())
+            if "compare" in saved:
+                compares[p.name] = saved["compare"]
+            if "test_sets" in saved:
+                evals[p.name] = saved["test_sets"]
         else:
             raise FileNotFoundError(f"{p} holds neither metrics.jsonl (a training run) nor report.json (an eval)")
-    return runs, evals
+    return runs, evals, compares
 
 
 def plot_training(runs: dict[str, list[dict]], out: Path) -> Path | None:
@@ -102,7 +109,7 @@ def comparison_rows(evals: dict[str, dict]) -> list[list[str]]:
 def write_report(paths: list[str | Path], output: str | Path) -> Path:
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    runs, evals = load_inputs(paths)
+    runs, evals, compares = load_inputs(paths)
     curves, bars = plot_training(runs, out), plot_cer_bars(evals, out)
     head = ["test set", "checkpoint", "CER %", "WER %", "keyword recall %", "language acc %", "utts"]
     rows = comparison_rows(evals)
@@ -113,13 +120,23 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
         steps = max((r["step"] for r in rows_), default=0)  # a step-0 row holds the start's dev eval only
         md.append(f"\nRun `{name}`: {steps} steps; last: " + ", ".join(
             f"{k} {last[k]:.4g}" for k in ("reward/mean", "eval/cer", "kl/loss", "loss/total") if k in last))
+    for name, section in compares.items():  # the paired bootstrap intervals (`eval --compare`)
+        md += ["", f"## Comparison `{name}`", "", f"A = `{section['a']}`, B = `{section['b']}`; CER(B) - CER(A) "
+               f"in points, 95% intervals over {section['resamples']} resamples; P(B<A) = share where B is lower", ""]
+        md += md_table(SIGNIFICANCE_HEAD, significance_rows(section))
     md += [f"\n![{p.stem}]({p.name})" for p in (curves, bars) if p is not None]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
-    table = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    tables = _html_table(head, rows) + "".join(f"<h2>Comparison {html.escape(name)}</h2>"
+                                               + _html_table(SIGNIFICANCE_HEAD, significance_rows(section))
+                                               for name, section in compares.items())
     imgs = "".join(f'<p><img src="{p.name}"></p>' for p in (curves, bars) if p is not None)
-    atomic_write_text(out / "report.html", "<html><body><h1>asr-rl report</h1><table border=1><tr>"
-                      + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{table}</table>{imgs}</body></html>\n")
+    atomic_write_text(out / "report.html", f"<html><body><h1>asr-rl report</h1>{tables}{imgs}</body></html>\n")
     return out / "report.md"
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return "<table border=1><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + f"</tr>{cells}</table>"
 
 
 def _pct(x) -> str:

@@ -190,9 +190,7 @@ class AudioPolicy(CausalPolicy):
 
     def target_ids(self, texts: list[str], languages: list[str | None]) -> Responses:
         """Reference transcripts as responses (the assistant turn + EOS), right-padded."""
-        targets = [self.spec.target_text(t, lang, self.force_language) for t, lang in zip(texts, languages)]
-        rows = [self.tokenizer(t, add_special_tokens=False)["input_ids"] + [self.eos_id] for t in targets]
-        return self.pad_responses(rows)
+        return self.pad_responses(self.codec.target_rows(texts, languages))
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()

@@ -41,6 +41,14 @@ class ResponseCodec:
             texts.append(self.tokenizer.decode(toks, skip_special_tokens=self.spec is None))
         return texts
 
+    def target_rows(self, texts: list[str], languages: list[str | None]) -> list[list[int]]:
+        """Reference transcripts as the token ids the model should write (the family's assistant
+        turn + EOS): the teacher-forced targets, and the off-policy group members of RL."""
+        if self.spec is None:
+            raise ValueError("a text policy has no transcript targets (the reference is for audio manifests)")
+        targets = [self.spec.target_text(t, lang, self.force_language) for t, lang in zip(texts, languages)]
+        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] + [self.eos_id] for t in targets]
+
     def parse(self, text: str, language: str | None) -> tuple[str | None, str, bool]:
         """Response text -> (language name or None, transcript, well_formed)."""
         if self.spec is None:

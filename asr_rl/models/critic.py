@@ -31,6 +31,6 @@ class ValueModel(nn.Module):
     def values(self, prompt_rows: list, prompt_index: torch.Tensor, responses) -> torch.Tensor:
         """`(N, T)` values, zero at padding."""
         embeds, mask = self.policy.embed_rows(prompt_rows)
-        hidden = self.policy.response_hidden(embeds[prompt_index], mask[prompt_index], responses)
+        hidden = self.policy.response_hidden(embeds, mask, responses, prompt_index)
         values = self.value_head(hidden.float()).squeeze(-1)
         return values.masked_fill(responses.mask == 0, 0.0)

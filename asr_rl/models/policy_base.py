@@ -7,6 +7,13 @@ scoring and saving serve the audio policy (prompt = text + projected audio) and 
 sampling temperature and forbid the same tokens (PAD, `<|im_start|>`, audio tokens), because a
 sampled audio placeholder breaks the model's placeholder check and a forbidden token's -inf would
 poison the ratio.
+
+Shared prompt (`shared_prefix`, on by default): the n responses of a prompt attend to one forward
+of that prompt. Scoring runs each prompt once with its key/value cache, gathers the cache rows per
+response (a gather, so the prompt's gradient is the sum over its responses) and runs only the
+response tokens against it; sampling prefills each prompt once and repeats its cache for the n
+samples. Outputs and gradients equal the repeated-prompt path (PrefixGrouper, arXiv:2506.05433),
+which `shared_prefix=False` keeps as the reference.
 """
 from __future__ import annotations
 
@@ -58,6 +65,8 @@ class PromptRow:
 class CausalPolicy(nn.Module):
     """Subclasses set `model`, `tokenizer`, `codec`, `forbidden_ids` and implement `body`,
     `encode_batch`, `embed_rows`, `default_frozen` and `save_extra`."""
+
+    shared_prefix = True  # see the module docstring; `model.shared_prefix=false` is the reference path
 
     def __init__(self, model: nn.Module, tokenizer, codec: ResponseCodec, forbidden_ids: set[int]):
         super().__init__()
@@ -155,8 +164,7 @@ class CausalPolicy(nn.Module):
             from asr_rl.models.sampling import SeededGumbelSampler
 
             sampler = SeededGumbelSampler(seeds, temperature=temperature, top_k=top_k, top_p=top_p)
-            ids, logp = self._sample_loop(prompt_embeds.repeat_interleave(n, dim=0),
-                                          attention_mask.repeat_interleave(n, dim=0), sampler, max_new_tokens)
+            ids, logp = self._sample_loop(prompt_embeds, attention_mask, sampler, max_new_tokens, n)
             out = self.responses_from_generated(ids)
             out.logp = logp.masked_fill(out.mask == 0, 0.0)
             return out
@@ -168,28 +176,35 @@ class CausalPolicy(nn.Module):
         return self.responses_from_generated(out)
 
     @torch.inference_mode()
-    def _sample_loop(self, embeds: torch.Tensor, mask: torch.Tensor, sampler,
-                     max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token-by-token sampling with the KV cache, `(N, P, H)` prompts -> `(N, T)` new ids and
-        their `(N, T)` sampling log-probs.
+    def _sample_loop(self, embeds: torch.Tensor, mask: torch.Tensor, sampler, max_new_tokens: int,
+                     n: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-by-token sampling with the KV cache, `(B, P, H)` prompts -> `(B*n, T)` new ids and
+        their `(B*n, T)` sampling log-probs (rows b*n..b*n+n-1: prompt b).
 
         A plain loop over the model's forward: for RL rollouts it is ~20% faster than
         `generate` on CPU (no per-step processor/stopping-criteria machinery) and it is what the
         seeded sampler needs. Positions follow `generate`'s convention (arange over the padded
-        prompt), so scoring with `logprobs` sees the same distribution.
+        prompt), so scoring with `logprobs` sees the same distribution. With `shared_prefix` each
+        prompt is prefilled once and its cache repeated for its n samples.
         """
         cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=embeds.device)
+        if not self.shared_prefix:
+            embeds, mask = embeds.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
         # explicit positions: a model that derives them itself from ids it is not given (the
         # Qwen2.5-Omni thinker's 3-D rotary index) gets them wrong once decoding passes ids
         positions = torch.arange(embeds.shape[1], device=embeds.device).expand(embeds.shape[0], -1)
         out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
-        done = torch.zeros(embeds.shape[0], dtype=torch.bool, device=embeds.device)
+        logits, cache = out.logits[:, -1], _cache_of(out)
+        if self.shared_prefix and n > 1:
+            cache.batch_repeat_interleave(n)
+            logits, mask = logits.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+            positions = positions.repeat_interleave(n, dim=0)
+        done = torch.zeros(logits.shape[0], dtype=torch.bool, device=embeds.device)
         tokens, logps = [], []
         for _ in range(max_new_tokens):
-            logits = out.logits[:, -1].float().index_fill(-1, forbidden, float("-inf"))
-            nxt, logp = sampler.draw(logits)
+            nxt, logp = sampler.draw(logits.float().index_fill(-1, forbidden, float("-inf")))
             nxt = nxt.masked_fill(done, self.pad_id)
             tokens.append(nxt)
             logps.append(logp)
@@ -197,10 +212,10 @@ class CausalPolicy(nn.Module):
             if bool(done.all()):
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
             positions = positions[:, -1:] + 1
             out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions, use_cache=True,
                              logits_to_keep=1, **{cache_kw: cache})
+            logits, cache = out.logits[:, -1], _cache_of(out)
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:
@@ -219,35 +234,67 @@ class CausalPolicy(nn.Module):
         return self.codec.parse(text, language)
 
     # ------------------------------------------------------------------ scoring
-    def response_hidden(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor,
-                        responses: Responses) -> torch.Tensor:
+    def response_hidden(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
+                        prompt_index: torch.Tensor | None = None) -> torch.Tensor:
         """LLM hidden states `(N, T, H)` at the positions that predict each response token
-        (teacher-forced). `prompt_embeds` `(N, P, H)` is one (left-padded) prompt per response."""
+        (teacher-forced).
+
+        Args:
+            prompt_embeds: `(U, P, H)` left-padded prompts.
+            prompt_mask: `(U, P)`.
+            responses: N responses, `ids`/`mask` `(N, T)`.
+            prompt_index: `(N,)` the prompt row of each response; None: response i has prompt i.
+        """
+        N = responses.ids.shape[0]
+        if prompt_index is None:
+            prompt_index = torch.arange(N, device=prompt_embeds.device)
+        prompt_index = prompt_index.to(prompt_embeds.device)
+        if self.shared_prefix and prompt_embeds.shape[0] < N:
+            return self._shared_prefix_hidden(prompt_embeds, prompt_mask, responses, prompt_index)
+        prompt_embeds, prompt_mask = prompt_embeds[prompt_index], prompt_mask[prompt_index]
         resp_embeds = self.model.get_input_embeddings()(responses.ids)
         embeds = torch.cat([prompt_embeds, resp_embeds.to(prompt_embeds.dtype)], dim=1)
         mask = torch.cat([prompt_mask, responses.mask.to(prompt_mask.dtype)], dim=1)
-        hidden = self.body()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+        positions = torch.arange(embeds.shape[1], device=embeds.device).expand(N, -1)
+        hidden = self.body()(inputs_embeds=embeds, attention_mask=mask, position_ids=positions).last_hidden_state
         P, T = prompt_embeds.shape[1], responses.ids.shape[1]
         return hidden[:, P - 1: P - 1 + T]  # position P-1+t predicts response token t
 
-    def response_logits(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
-                        n: int = 1) -> torch.Tensor:
-        """Logits `(B*n, T, V)` that predict each response token, forbidden tokens masked.
+    def _shared_prefix_hidden(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
+                              prompt_index: torch.Tensor) -> torch.Tensor:
+        """`response_hidden` with each of the U prompts forwarded once: its cache rows are gathered
+        per response (autograd sums the gradient over a prompt's responses), then the responses'
+        tokens but the last (position P-1+t predicts token t, and the prompt's last position
+        predicts token 0) run against them."""
+        (U, P, _), (N, T) = prompt_embeds.shape, responses.ids.shape
+        body = self.body()
+        positions = torch.arange(P + T, device=prompt_embeds.device)
+        out = body(inputs_embeds=prompt_embeds, attention_mask=prompt_mask, position_ids=positions[:P].expand(U, -1),
+                   use_cache=True)
+        first = out.last_hidden_state[prompt_index, -1:]  # (N, 1, H): predicts response token 0
+        if T == 1:
+            return first
+        cache = _cache_of(out)
+        cache.batch_select_indices(prompt_index)
+        resp_embeds = self.model.get_input_embeddings()(responses.ids[:, :-1]).to(prompt_embeds.dtype)
+        mask = torch.cat([prompt_mask[prompt_index], responses.mask[:, :-1].to(prompt_mask.dtype)], dim=1)
+        rest = body(inputs_embeds=resp_embeds, attention_mask=mask, position_ids=positions[P:P + T - 1].expand(N, -1),
+                    past_key_values=cache, use_cache=True).last_hidden_state
+        return torch.cat([first, rest], dim=1)
 
-        `prompt_embeds` `(B, P, H)` is shared by the n responses of each utterance (rows b*n..b*n+n-1).
-        Only the response positions go through the LM head.
-        """
-        if n > 1:
-            prompt_embeds = prompt_embeds.repeat_interleave(n, dim=0)
-            prompt_mask = prompt_mask.repeat_interleave(n, dim=0)
-        logits = self.model.lm_head(self.response_hidden(prompt_embeds, prompt_mask, responses)).float()
+    def response_logits(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
+                        prompt_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits `(N, T, V)` that predict each response token, forbidden tokens masked; arguments
+        as `response_hidden`. Only the response positions go through the LM head."""
+        logits = self.model.lm_head(self.response_hidden(prompt_embeds, prompt_mask, responses, prompt_index)).float()
         return logits.index_fill(-1, torch.as_tensor(self.forbidden_ids, device=logits.device), _MASKED_LOGIT)
 
-    def logprobs(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses, n: int = 1,
-                 temperature: float = 1.0, with_entropy: bool = False):
-        """Per-token log-probabilities `(B*n, T)` of the responses (0 at padding), and optionally the
-        per-token entropy `(B*n, T)` of the same (temperature-scaled) distribution."""
-        logits = self.response_logits(prompt_embeds, prompt_mask, responses, n)
+    def logprobs(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
+                 prompt_index: torch.Tensor | None = None, temperature: float = 1.0, with_entropy: bool = False):
+        """Per-token log-probabilities `(N, T)` of the responses (0 at padding), and optionally the
+        per-token entropy `(N, T)` of the same (temperature-scaled) distribution; arguments as
+        `response_hidden`."""
+        logits = self.response_logits(prompt_embeds, prompt_mask, responses, prompt_index)
         if temperature != 1.0:
             logits = logits / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
@@ -266,3 +313,14 @@ class CausalPolicy(nn.Module):
         model = merged_copy(self.model) if has_lora(self.model) else self.model
         model.save_pretrained(path)
         self.save_extra(path)
+
+
+def group_index(n_prompts: int, n: int, device=None) -> torch.Tensor:
+    """`(n_prompts * n,)` the prompt row of each response when every prompt has n in a row."""
+    return torch.arange(n_prompts, device=device).repeat_interleave(n)
+
+
+def _cache_of(out):
+    """The key/value cache a forward returned (`cache` in some audio-LLMs, else `past_key_values`)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values

@@ -1,5 +1,6 @@
 """Configs of the trainers. Defaults live here and only here (those of the `optim` section every
-trainer shares in trainer/strategy.py, beside the optimiser); option names follow OpenRLHF where it
+trainer shares in trainer/strategy.py, beside the optimiser; the early-stopping keys in
+trainer/run/early_stopping.py, beside the patience count); option names follow OpenRLHF where it
 has one (micro_train_batch_size, lr_warmup_ratio, max_norm, ...)."""
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from asr_rl.config import RunConfig
 from asr_rl.settings import setting
 from asr_rl.rewards.config import RewardConfig
 from asr_rl.data.augment import AugmentConfig
+from asr_rl.data.signal_sampler import RLDataConfig
+from asr_rl.trainer.run.early_stopping import EarlyStoppingConfig
 from asr_rl.trainer.strategy import AdamWConfig, OptimConfig
+from asr_rl.trainer.distributed.config import DistributedConfig  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class ModelConfig:
             written by the same encoder and prompt format (else ignored), written at the end of SFT,
             so that GRPO from that SFT does not run the encoder again for what SFT already encoded.
             In memory the states of a run are always cached while the encoder is frozen.
+        shared_prefix: the n responses of a prompt share one forward of it (rollout prefill, log-prob
+            passes, update; exact); false repeats the prompt per response (the reference path).
     """
 
     force_language: bool = False
@@ -42,6 +48,7 @@ class ModelConfig:
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     dtype: Literal["float32", "bfloat16"] = "float32"
     encoder_cache: str | None = None
+    shared_prefix: bool = True
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,9 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
-class SFTConfig(RunConfig):
-    """`asr-rl train sft`: supervised fine-tuning on a manifest.
+class SFTConfig(EarlyStoppingConfig, RunConfig):
+    """`asr-rl train sft`: supervised fine-tuning on a manifest; early stopping on dev with the
+    `early_stopping_*` keys (trainer/run/early_stopping.py: `best/` keeps the best weights).
 
     Attributes:
         train_batch_size: utterances per optimiser step (global).
@@ -93,6 +101,7 @@ class SFTConfig(RunConfig):
         if self.train_batch_size % self.micro_train_batch_size:
             raise ValueError(f"train_batch_size {self.train_batch_size} is not a multiple of "
                              f"micro_train_batch_size {self.micro_train_batch_size}")
+        self.check_early_stopping(self.eval_manifest, self.eval_steps)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,9 @@ class RolloutConfig:
     Attributes:
         rollout_batch_size: prompts (utterances) per RL step, after dynamic filtering.
         n_samples_per_prompt: group size n.
+        mode: `sample` (n samples at `temperature`) or `beam` (each utterance's beam-n N-best: deterministic,
+            each hypothesis scored by the policy at `temperature`; for `policy_loss=mwer`). Beam needs an
+            engine that declares it (`EngineSpec.beam_search`: hf; vLLM's takes no prompt embeddings).
         temperature: sampling temperature (the same one scales logits when scoring).
         top_p: nucleus sampling threshold (1.0 = off).
         top_k: top-k sampling (0 = off).
@@ -115,10 +127,14 @@ class RolloutConfig:
             batches while the trainer updates (OpenRLHF `async_enable`); Ray only.
         async_queue_size: batches generated ahead: their samples are this many updates stale, which
             `algo.rollout_correction` corrects; 0 = on-policy, through the same actors.
+        reference_in_group: each group gets the utterance's reference transcript as one more,
+            off-policy member, scored like the samples (n + 1 rows a group); its loss is LUFFY's
+            shaped, unclipped one (algos/off_policy.py, arXiv:2504.14945), no CE term. Audio only.
     """
 
     rollout_batch_size: int = setting(8, ge=1)
     n_samples_per_prompt: int = setting(8, ge=1)
+    mode: Literal["sample", "beam"] = "sample"
     temperature: float = setting(1.0, gt=0, note="sampling; greedy decoding is asr-rl eval")
     top_p: float = setting(1.0, gt=0, le=1)
     top_k: int = setting(0, ge=0, note="0 = off")
@@ -128,11 +144,21 @@ class RolloutConfig:
     max_filter_rounds: int = setting(3, ge=0)
     async_enable: bool = False
     async_queue_size: int = setting(1, ge=0, le=8, note="samples more than a few updates stale train poorly")
+    reference_in_group: bool = False
 
     def __post_init__(self) -> None:
         from asr_rl.trainer.rl.engines import ROLLOUT_ENGINES  # checked at load, before any model loads
 
         ROLLOUT_ENGINES.check(self.engine)
+        if self.mode == "beam" and not ROLLOUT_ENGINES.spec(self.engine).beam_search:
+            raise ValueError(f"rollout.mode=beam needs an engine that returns the beam N-best (EngineSpec.beam_search: "
+                             f"{', '.join(ROLLOUT_ENGINES.where(beam_search=True))}); rollout.engine={self.engine} "
+                             "has none: use one of those, or rollout.mode=sample")
+
+    @property
+    def group_size(self) -> int:
+        """Rows of a group in the experience: the n samples, and the reference when it joins."""
+        return self.n_samples_per_prompt + int(self.reference_in_group)
 
 
 @dataclass(frozen=True)
@@ -140,9 +166,11 @@ class AlgoConfig:
     """Advantages, policy loss and KL (OpenRLHF names).
 
     Attributes:
-        advantage_estimator: gae | group_norm | dr_grpo | rloo | reinforce | reinforce_baseline.
+        advantage_estimator: gae | group_norm | dr_grpo | rloo | reinforce | reinforce_baseline | mwer
+            (the rewards passed through to the mwer loss, which subtracts the group baseline).
         policy_loss: ppo (token ratio) | gspo (sequence ratio, sequence gradient) | gspo_token (sequence
-            ratio, token gradient).
+            ratio, token gradient) | mwer (expected risk over each group's N-best, asr_rl/algos/mwer.py:
+            whole groups per micro-batch, a seq-mean loss_agg_mode, sft_coef <= 0.1; checked at load).
         eps_clip: symmetric clip range of the ratio.
         eps_clip_low_high: asymmetric [low, high] clip range; overrides eps_clip when set.
         dual_clip: dual-clip constant c > 1 for negative advantages (null = off).
@@ -178,7 +206,10 @@ class AlgoConfig:
         sft_coef: weight of the cross-entropy on each utterance's reference transcript, added to the
             policy loss (0 = pure RL). Sequence-level ASR training interpolates with CE for
             stability (MWER + CE, Prabhavalkar et al. 2018, arXiv:1712.01818); PPO-ptx does the same
-            with pretraining data (Ouyang et al. 2022). Audio manifests only.
+            with pretraining data (Ouyang et al. 2022). Audio manifests only. A loss may cap it
+            (`PolicyLossSpec.max_sft_coef`: mwer 0.1, the paper's interpolation; it uses 0.01).
+        entropy_token_top_ratio: keep the policy gradient only on the top share of tokens by
+            entropy in each micro-batch (Wang et al. 2025, arXiv:2506.01939: 0.2); 1.0 = off.
     """
 
     advantage_estimator: str = "group_norm"
@@ -206,6 +237,7 @@ class AlgoConfig:
     normalize_gae_advantages: bool = True
     advantage_std_norm: bool = True
     sft_coef: float = setting(0.0, ge=0)
+    entropy_token_top_ratio: float = setting(1.0, gt=0, le=1, note="1.0 = every token")
 
     def __post_init__(self) -> None:
         # checked against the registries at load time, before any model loads
@@ -263,57 +295,6 @@ class RLOptimConfig(AdamWConfig):
 
 
 @dataclass(frozen=True)
-class DistributedConfig:
-    """The Ray + DeepSpeed backend (`backend=ray`); OpenRLHF names.
-
-    Attributes:
-        actor_num_nodes: nodes for the policy ranks.
-        actor_num_gpus_per_node: policy (DeepSpeed data-parallel) ranks per node; on a CPU machine
-            each rank is a CPU process.
-        zero_stage: DeepSpeed ZeRO stage 0-3.
-        bf16: bf16 weights/compute in DeepSpeed.
-        adam_offload: offload optimizer states to CPU (ZeRO >= 1).
-        colocate_actor_ref: the reference model lives in the policy ranks; false: a group of its own
-            (`ref_num_nodes` x `ref_num_gpus_per_node` inference ranks).
-        colocate_critic: the critic (PPO with gae) lives in the policy ranks; false: a DeepSpeed
-            data-parallel group of its own (`critic_num_nodes` x `critic_num_gpus_per_node`).
-        colocate_all: policy, reference and critic share the policy ranks' processes; false gives the
-            reference and the critic each a group of its own (as both flags above set to false).
-        ref_num_nodes, ref_num_gpus_per_node: the separate reference group's size.
-        critic_num_nodes, critic_num_gpus_per_node: the separate critic group's size.
-        vllm_num_engines: vLLM rollout engines (rollout.engine=vllm).
-        vllm_tensor_parallel_size: GPUs per vLLM engine.
-        vllm_gpu_memory_utilization: share of GPU memory a vLLM engine may take.
-        ray_num_cpus: CPUs of the embedded Ray cluster (null: all).
-    """
-
-    actor_num_nodes: int = setting(1, ge=1)
-    actor_num_gpus_per_node: int = setting(2, ge=1)
-    zero_stage: int = setting(2, ge=0, le=3)
-    bf16: bool = False
-    adam_offload: bool = False
-    colocate_actor_ref: bool = True
-    colocate_critic: bool = True
-    colocate_all: bool = True
-    ref_num_nodes: int = setting(1, ge=1)
-    ref_num_gpus_per_node: int = setting(1, ge=1)
-    critic_num_nodes: int = setting(1, ge=1)
-    critic_num_gpus_per_node: int = setting(1, ge=1)
-    vllm_num_engines: int = setting(1, ge=1)
-    vllm_tensor_parallel_size: int = setting(1, ge=1)
-    vllm_gpu_memory_utilization: float = setting(0.5, gt=0, le=1)
-    ray_num_cpus: int | None = setting(None, ge=1)
-
-    @property
-    def separate_ref(self) -> bool:
-        return not (self.colocate_all and self.colocate_actor_ref)
-
-    @property
-    def separate_critic(self) -> bool:
-        return not (self.colocate_all and self.colocate_critic)
-
-
-@dataclass(frozen=True)
 class RLConfig(RunConfig):
     """`asr-rl train grpo|ppo`: the RL loop (same loop on both backends).
 
@@ -324,6 +305,7 @@ class RLConfig(RunConfig):
         freeze_critic_steps: train only the critic for this many first steps (PPO warm-up).
         augment: augmentation variants of the rollout audio (off by default); rollouts that hear
             noisy/reverberant audio too, as SFT did, keep RL from drifting away from robustness.
+        data: the shared `data` section plus the utterance sampler (data/signal_sampler.py).
     """
 
     max_steps: int = setting(50, ge=1)
@@ -340,25 +322,30 @@ class RLConfig(RunConfig):
     eval: EvalConfig = field(default_factory=EvalConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     augment: AugmentConfig = field(default_factory=lambda: AugmentConfig(spec_augment=False, noise_prob=0.0))
+    data: RLDataConfig = field(default_factory=RLDataConfig)
 
     def __post_init__(self) -> None:
         n, b = self.rollout.n_samples_per_prompt, self.rollout.rollout_batch_size
         if self.algo.spec.grouped and n < 2:
             raise ValueError(f"advantage_estimator {self.algo.advantage_estimator} normalises within a group and "
                              f"needs n_samples_per_prompt >= 2, got {n}")
-        total = n * b
+        g = self.rollout.group_size
+        total, rows = g * b, "n_samples_per_prompt" if g == n else "(n_samples_per_prompt + the reference)"
         micro, train = self.optim.micro_train_batch_size, self.optim.train_batch_size or total
         if total % train:
-            raise ValueError(f"rollout_batch_size x n_samples_per_prompt = {total} samples is not a multiple of "
+            raise ValueError(f"rollout_batch_size x {rows} = {total} samples is not a multiple of "
                              f"train_batch_size {train}")
         if train % micro:
             what = (f"train_batch_size {train}" if self.optim.train_batch_size else
-                    f"rollout_batch_size x n_samples_per_prompt = {b} x {n} = {total} samples (one optimiser step "
+                    f"rollout_batch_size x {rows} = {b} x {g} = {total} samples (one optimiser step "
                     "per rollout: train_batch_size=0)")
             raise ValueError(f"{what} is not a multiple of micro_train_batch_size {micro}; change one of them")
         if self.algo.sft_coef > 0 and self.prompt_data:
             raise ValueError("algo.sft_coef trains on reference transcripts, which audio manifests carry and "
                              f"text prompt sets (prompt_data={self.prompt_data}) do not; set algo.sft_coef=0")
+        if self.rollout.reference_in_group and self.prompt_data:
+            raise ValueError("rollout.reference_in_group adds each utterance's reference transcript to its group; "
+                             f"text prompt sets (prompt_data={self.prompt_data}) carry none")
         if self.algo.reward_spec.per_term and (self.reward.remote_url or self.reward.file or self.reward_pretrain):
             raise ValueError(f"algo.reward_aggregation={self.algo.reward_aggregation} combines the built-in terms by "
                              "their weights (reward.terms); a remote, file or model reward gives one score: use "
@@ -378,6 +365,9 @@ class RLConfig(RunConfig):
         if self.model.freeze_encoder is False:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")
+        from asr_rl.trainer.rl.group_loss import check_group_loss  # what a group loss (its spec) needs
+
+        check_group_loss(self)
 
     @property
     def dynamic_filtering(self) -> bool:

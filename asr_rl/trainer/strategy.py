@@ -25,8 +25,14 @@ class AdamWConfig:
         weight_decay: AdamW weight decay (never on biases and norms).
         lr_warmup_ratio: share of the schedule's steps spent warming up linearly.
         lr_scheduler: after the warmup, `cosine_with_min_lr` decays to `min_lr_ratio` of the peak
-            (OpenRLHF's default); `constant_with_warmup` stays at the peak.
-        min_lr_ratio: the cosine's floor as a share of the peak.
+            (OpenRLHF's default); `constant_with_warmup` stays at the peak; `warmup_stable_decay`
+            (WSD) stays at the peak, then decays to `min_lr_ratio` over the last `lr_decay_ratio` of
+            the steps. WSD suits a run whose end is not known in advance: its stable phase is where
+            early stopping watches dev (`early_stopping_decay_steps` then starts the decay at once).
+        lr_decay_ratio: WSD's share of the steps spent decaying (the last ones); 0.2 matches a
+            cosine of the same length (Hägele et al. 2024, arXiv:2405.18392).
+        lr_decay_style: the shape of WSD's decay and of early stopping's: `cosine` or `linear`.
+        min_lr_ratio: the floor of every decay as a share of the peak.
         max_norm: gradient clipping norm.
     """
 
@@ -34,9 +40,16 @@ class AdamWConfig:
     adam_eps: float = setting(1e-8, gt=0)
     weight_decay: float = setting(0.0, ge=0)
     lr_warmup_ratio: float = setting(0.05, ge=0, lt=1)
-    lr_scheduler: Literal["cosine_with_min_lr", "constant_with_warmup"] = "cosine_with_min_lr"
+    lr_scheduler: Literal["cosine_with_min_lr", "constant_with_warmup", "warmup_stable_decay"] = "cosine_with_min_lr"
+    lr_decay_ratio: float = setting(0.2, ge=0, le=1, note="warmup_stable_decay only")
+    lr_decay_style: Literal["cosine", "linear"] = "cosine"
     min_lr_ratio: float = setting(0.1, ge=0, le=1)
     max_norm: float = setting(1.0, gt=0)
+
+    def __post_init__(self) -> None:
+        if self.lr_scheduler == "warmup_stable_decay" and self.lr_warmup_ratio + self.lr_decay_ratio > 1:
+            raise ValueError(f"optim.lr_warmup_ratio {self.lr_warmup_ratio} + optim.lr_decay_ratio "
+                             f"{self.lr_decay_ratio} exceed the run: together they may be at most 1")
 
 
 @dataclass(frozen=True)
@@ -60,27 +73,68 @@ def build_optimizer(params, cfg: AdamWConfig, lr: float) -> torch.optim.Optimize
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps)
 
 
-def build_scheduler(optimizer, cfg: AdamWConfig, total_steps: int):
-    """Linear warmup, then cosine decay to `min_lr_ratio` of the peak (OpenRLHF's
-    `cosine_with_min_lr`), or a constant peak (a floor of 1)."""
-    warmup = int(math.ceil(cfg.lr_warmup_ratio * total_steps))
-    floor = 1.0 if cfg.lr_scheduler == "constant_with_warmup" else cfg.min_lr_ratio
+class LRSchedule:
+    """The learning rate as a share of the peak, `schedule(k)`, for the optimiser step that follows
+    `k` completed ones (LambdaLR's lambda): a linear warmup over ceil(lr_warmup_ratio x total) steps,
+    then `lr_scheduler`'s shape (AdamWConfig). `decay_now(k, n)` ends any of them early: from the
+    rate step k trained at down to `min_lr_ratio` over the next n steps, the last of which trains at
+    the floor (early stopping's decay, trainer/run/early_stopping.py). WSD: Hu et al. 2024 (MiniCPM,
+    arXiv:2404.06395); its decay may branch off the stable phase anywhere (Hägele et al. 2024)."""
 
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    def __init__(self, cfg: AdamWConfig, total_steps: int):
+        self.kind, self.style, self.floor = cfg.lr_scheduler, cfg.lr_decay_style, cfg.min_lr_ratio
+        self.total = total_steps
+        self.warmup = int(math.ceil(cfg.lr_warmup_ratio * total_steps))
+        decay = int(math.ceil(cfg.lr_decay_ratio * total_steps)) if self.kind == "warmup_stable_decay" else 0
+        self.stable_end = max(self.warmup, total_steps - decay)  # WSD's decay trains steps stable_end+1 ..
+        self.cut: tuple[int, int, float] | None = None  # a decay begun early: (k, n, the rate step k trained at)
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    def base(self, k: int) -> float:
+        """The schedule as configured, without an early decay."""
+        if k < self.warmup:
+            return (k + 1) / (self.warmup + 1)
+        if self.kind == "constant_with_warmup":
+            return 1.0
+        if self.kind == "warmup_stable_decay":
+            if k < self.stable_end:
+                return 1.0
+            return self._decay(1.0, (k - self.stable_end + 1) / max(1, self.total - self.stable_end))
+        progress = min(1.0, (k - self.warmup) / max(1, self.total - self.warmup))
+        return self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def _decay(self, top: float, progress: float) -> float:
+        """From `top` (progress 0) to the floor (progress >= 1) in `lr_decay_style`'s shape."""
+        p = min(1.0, progress)
+        shape = 0.5 * (1 + math.cos(math.pi * p)) if self.style == "cosine" else 1 - p
+        return self.floor + (top - self.floor) * shape
+
+    def decay_now(self, k: int, steps: int) -> None:
+        """Steps k+1 .. k+steps decay from the rate step k trained at to the floor."""
+        top = self(k - 1) if k > 0 else self.base(0)
+        self.cut = (k, steps, top)
+
+    def __call__(self, k: int) -> float:
+        if self.cut is None or k < self.cut[0]:
+            return self.base(k)
+        start, steps, top = self.cut
+        return self._decay(top, (k - start + 1) / max(1, steps))
+
+
+def build_scheduler(optimizer, cfg: AdamWConfig, total_steps: int, schedule: LRSchedule | None = None):
+    """LambdaLR over `schedule` (by default `LRSchedule(cfg, total_steps)`)."""
+    schedule = schedule if schedule is not None else LRSchedule(cfg, total_steps)
+    # through a plain function: LambdaLR would save a callable object's settings in its state and put
+    # them back on resume, where they come from the config (max_steps may change on resume)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: schedule(k))
 
 
 class LocalStrategy:
-    """AdamW + warmup/cosine schedule + gradient clipping on one process."""
+    """AdamW + its schedule (`LRSchedule`) + gradient clipping on one process."""
 
     def __init__(self, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler,
-                 max_norm: float):
+                 max_norm: float, schedule: LRSchedule | None = None):
         self.params, self.optimizer, self.scheduler, self.max_norm = params, optimizer, scheduler, max_norm
+        self.schedule = schedule
 
     @classmethod
     def from_config(cls, params, optim_cfg: AdamWConfig, total_steps: int, lr: float | None = None) -> LocalStrategy:
@@ -89,7 +143,17 @@ class LocalStrategy:
         the critic's)."""
         params = [p for p in params if p.requires_grad]
         optimizer = build_optimizer(params, optim_cfg, optim_cfg.learning_rate if lr is None else lr)
-        return cls(params, optimizer, build_scheduler(optimizer, optim_cfg, total_steps), optim_cfg.max_norm)
+        schedule = LRSchedule(optim_cfg, total_steps)
+        return cls(params, optimizer, build_scheduler(optimizer, optim_cfg, total_steps, schedule), optim_cfg.max_norm,
+                   schedule)
+
+    def decay_now(self, steps: int) -> None:
+        """Decay the rate to the floor over the next `steps` optimiser steps (`LRSchedule.decay_now`);
+        the rate of the next step, set when the last one ended, is set again."""
+        k = self.scheduler.last_epoch
+        self.schedule.decay_now(k, steps)
+        for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+            group["lr"] = base * self.schedule(k)
 
     def backward(self, loss: torch.Tensor, last: bool = True) -> None:
         """Accumulate gradients; `last` marks the minibatch's final micro-batch (DeepSpeed reduces there)."""
@@ -113,11 +177,15 @@ class LocalStrategy:
 
     @property
     def lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
+        """The rate of the next step (the optimiser's, which `decay_now` may have set since LambdaLR's)."""
+        return self.optimizer.param_groups[0]["lr"]
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "lr_decay": self.schedule.cut if self.schedule is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.schedule is not None:
+            self.schedule.cut = state.get("lr_decay")  # a checkpoint from before early decays has none

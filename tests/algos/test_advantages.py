@@ -285,7 +285,7 @@ def test_every_estimator_shapes_zero_padding_and_nan_padding_inputs(name):
 
 
 def test_group_estimators_listed():
-    assert set(GROUP_ESTIMATORS) == {"group_norm", "dr_grpo", "rloo", "reinforce_baseline"}
+    assert set(GROUP_ESTIMATORS) == {"group_norm", "dr_grpo", "rloo", "reinforce_baseline", "mwer"}
     assert set(ADVANTAGE_ESTIMATORS) == {"gae", "reinforce", *GROUP_ESTIMATORS}
 
 

@@ -237,7 +237,8 @@ def test_neg_inf_padding_gives_finite_loss_and_zero_grad(name, mode):
     old = (-torch.rand(3, 4)).masked_fill(pad, -INF)
     ref = (-torch.rand(3, 4)).masked_fill(pad, -INF)
     adv = torch.randn(3, 4).masked_fill(pad, NAN)
-    out = compute_policy_loss(name, logp, old, adv, mask, dual_clip=3.0, loss_agg_mode=mode)
+    out = compute_policy_loss(name, logp, old, adv, mask, dual_clip=3.0, loss_agg_mode=mode,
+                              group_index=torch.zeros(3, dtype=torch.long))  # one group (grouped losses)
     total = out.loss + kl_loss(logp, ref, mask, loss_agg_mode=mode).loss
     total = total + entropy_loss(torch.rand(3, 4).masked_fill(pad, NAN), mask, mode)
     total.backward()
@@ -248,8 +249,9 @@ def test_neg_inf_padding_gives_finite_loss_and_zero_grad(name, mode):
 
 
 def test_policy_registry(monkeypatch):
-    assert set(POLICY_LOSSES) == {"ppo", "gspo", "gspo_token"}
-    with pytest.raises(ValueError, match="unknown policy loss 'vanilla'; valid: gspo, gspo_token, ppo"):
+    assert set(POLICY_LOSSES) == {"ppo", "gspo", "gspo_token", "mwer"}
+    assert POLICY_LOSSES.where(grouped=True) == ("mwer",) and POLICY_LOSSES.where(ratio=False) == ("mwer",)
+    with pytest.raises(ValueError, match="unknown policy loss 'vanilla'; valid: gspo, gspo_token, mwer, ppo"):
         get_policy_loss_fn("vanilla")
     monkeypatch.setattr(POLICY_LOSSES, "_entries", dict(POLICY_LOSSES._entries))
 
@@ -380,7 +382,7 @@ def test_module_imports_only_torch_stdlib_and_advantages():
     mods = {(a.name if isinstance(n, ast.Import) else n.module)
             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert mods <= {"__future__", "dataclasses", "typing", "torch", "asr_rl.registry", "asr_rl.algos.kl",
-                    "asr_rl.algos.masked"}, mods
+                    "asr_rl.algos.masked", "asr_rl.algos.off_policy", "asr_rl.algos.mwer"}, mods
     import asr_rl.algos.kl as kl_mod
     import asr_rl.algos.masked as masked_mod
 

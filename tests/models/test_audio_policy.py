@@ -9,6 +9,7 @@ from asr_rl.data.batching import load_batch
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.lora import add_lora
+from asr_rl.models.policy_base import group_index
 
 
 @pytest.fixture
@@ -46,7 +47,8 @@ def test_logprobs_of_sampled_transcripts_equal_generate_scores(policy, batch):
     scores = torch.log_softmax(torch.stack(gen.scores, 1).float(), -1)
     expected = scores.gather(-1, resp.ids.unsqueeze(-1)).squeeze(-1).masked_fill(resp.mask == 0, 0)
     with torch.no_grad():
-        ours, entropy = policy.logprobs(embeds, prompts.attention_mask, resp, n=2, temperature=0.7, with_entropy=True)
+        ours, entropy = policy.logprobs(embeds, prompts.attention_mask, resp, group_index(len(embeds), 2), temperature=0.7,
+                                        with_entropy=True)
     assert torch.allclose(ours, expected, atol=1e-5)
     assert torch.isfinite(entropy).all() and (entropy[resp.mask.bool()] > 0).all()
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import torch
 
+from asr_rl.models.policy_base import group_index
 from asr_rl.models.sampling import SeededGumbelSampler, counter_uniform, filter_logits, sequence_seed
 
 
@@ -82,7 +83,7 @@ def test_rollout_log_probs_equal_the_trainers_scoring(tiny_model, tiny_corpus):
     responses = policy.pad_responses([s for g in out for s in g.ids])
     embeds, mask = policy.embed_rows(rows)
     with torch.no_grad():
-        trainer = policy.logprobs(embeds, mask, responses, n=3, temperature=1.5)
+        trainer = policy.logprobs(embeds, mask, responses, group_index(len(embeds), 3), temperature=1.5)
     engine = torch.zeros_like(trainer)
     for i, lp in enumerate(lp for g in out for lp in g.logps):
         engine[i, :len(lp)] = torch.tensor(lp)

@@ -42,3 +42,62 @@ def test_from_config_takes_the_section_and_an_explicit_peak_rate():
     assert (decay["lr"], decay["betas"], decay["eps"], strategy.max_norm) == (0.3, (0.8, 0.9), 1e-6, 2.0)
     # RL gives the actor's or the critic's rate
     assert LocalStrategy.from_config([weight], cfg, 4, lr=0.01).optimizer.param_groups[0]["lr"] == 0.01
+
+
+def test_warmup_stable_decay_by_hand():
+    # 10 steps, warmup ceil(0.2 * 10) = 2, decay the last ceil(0.4 * 10) = 4, floor 0.1: factors 1/3,
+    # 2/3, the peak for 4 steps, then linear 0.1 + 0.9 * (1 - j / 4) for j = 1..4: the last step at the floor
+    cfg = OptimConfig(learning_rate=1.0, lr_warmup_ratio=0.2, lr_scheduler="warmup_stable_decay", lr_decay_ratio=0.4,
+                      lr_decay_style="linear", min_lr_ratio=0.1)
+    assert _lrs(cfg, 10) == pytest.approx([1 / 3, 2 / 3, 1, 1, 1, 1, 0.775, 0.55, 0.325, 0.1])
+    cosine = _lrs(OptimConfig(learning_rate=2.0, lr_warmup_ratio=0.2, lr_scheduler="warmup_stable_decay",
+                              lr_decay_ratio=0.4, min_lr_ratio=0.1), 10)
+    assert cosine == pytest.approx([2 / 3, 4 / 3, 2, 2, 2, 2] + [2 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * j / 4)))
+                                                               for j in range(1, 5)])
+    assert cosine[-1] == pytest.approx(0.2)
+
+
+def test_a_decay_begun_early_anneals_from_the_rate_of_the_last_step_and_survives_a_resume():
+    # WSD over 20 steps (no warmup, decay planned for the last 4): after step 5, decay over 3 steps:
+    # linear from the peak 1.0 to 0.1: 0.7, 0.4, then the floor, which it keeps
+    cfg = OptimConfig(learning_rate=1.0, lr_warmup_ratio=0.0, lr_scheduler="warmup_stable_decay", lr_decay_ratio=0.2,
+                      lr_decay_style="linear", min_lr_ratio=0.1)
+    w = torch.nn.Parameter(torch.ones(2, 2))
+    strategy = LocalStrategy.from_config([w], cfg, 20)
+    for _ in range(5):
+        w.grad = torch.zeros_like(w)
+        strategy.step()
+    assert strategy.lr == 1.0
+    strategy.decay_now(3)
+    assert strategy.lr == pytest.approx(0.7)  # the next step's rate is set at once
+    resumed = LocalStrategy.from_config([w], cfg, 20)
+    resumed.load_state_dict(strategy.state_dict())
+    lrs = []
+    for _ in range(5):
+        lrs.append(resumed.lr)
+        w.grad = torch.zeros_like(w)
+        resumed.step()
+    assert lrs == pytest.approx([0.7, 0.4, 0.1, 0.1, 0.1])
+
+
+def test_a_decay_begun_early_on_a_cosine_starts_from_where_the_cosine_is():
+    # cosine to 0 over 10 steps: step 5 trained at 0.5 * (1 + cos(pi * 4 / 10)) = 0.6545; a linear decay
+    # over 2 steps then gives half of that, then 0
+    cfg = OptimConfig(learning_rate=1.0, lr_warmup_ratio=0.0, min_lr_ratio=0.0, lr_decay_style="linear")
+    w = torch.nn.Parameter(torch.ones(2, 2))
+    strategy = LocalStrategy.from_config([w], cfg, 10)
+    for _ in range(5):
+        w.grad = torch.zeros_like(w)
+        strategy.step()
+    strategy.decay_now(2)
+    top = 0.5 * (1 + math.cos(math.pi * 4 / 10))
+    assert strategy.lr == pytest.approx(top / 2)
+    w.grad = torch.zeros_like(w)
+    strategy.step()
+    assert strategy.lr == pytest.approx(0.0)
+
+
+def test_warmup_and_decay_longer_than_the_run_are_refused():
+    with pytest.raises(ValueError, match="lr_warmup_ratio 0.5 \\+ optim.lr_decay_ratio 0.6 exceed the run"):
+        OptimConfig(lr_scheduler="warmup_stable_decay", lr_warmup_ratio=0.5, lr_decay_ratio=0.6)
+    assert OptimConfig(lr_warmup_ratio=0.5, lr_decay_ratio=0.6).lr_decay_ratio == 0.6  # only WSD decays by it

@@ -124,6 +124,9 @@ class RayWorkers:
     def parse(self, text: str, language):
         return self.codec.parse(text, language)
 
+    def target_ids(self, texts: list[str], languages: list) -> list[list[int]]:
+        return self.codec.target_rows(texts, languages)
+
     def annotate(self, exp: Experience, need_old_logp: bool) -> None:
         """Old log-probs (+ colocated reference/critic) on the policy ranks; a separate reference
         or critic group works on the same experience at the same time."""

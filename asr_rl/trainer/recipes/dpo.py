@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from asr_rl.config import RunConfig
+from asr_rl.models.policy_base import group_index
 from asr_rl.settings import setting
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                       save_checkpoint, save_final, set_rng_state)
@@ -89,7 +90,7 @@ def sequence_logps(policy, sources: list, texts: list[list[str]]) -> tuple[torch
     rows = prompt_rows(policy, sources)
     embeds, mask = policy.embed_rows(rows)
     responses = response_ids(policy, [s for s in sources for _ in range(k)], [t for ts in texts for t in ts])
-    logp = policy.logprobs(embeds, mask, responses, n=k)  # (B*k, T), 0 at padding
+    logp = policy.logprobs(embeds, mask, responses, group_index(len(embeds), k))  # (B*k, T), 0 at padding
     first = responses.mask.view(len(sources), k, -1)[:, 0].float()
     nll = -(logp.view(len(sources), k, -1)[:, 0] * first).sum() / first.sum()
     return logp.sum(-1).view(len(sources), k), nll

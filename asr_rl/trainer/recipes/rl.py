@@ -44,6 +44,7 @@ def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
 
 def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.batching import BatchLoader
+    from asr_rl.data.signal_sampler import build_sampler
     from asr_rl.data.manifest import read_manifest
     from asr_rl.models.codec import ResponseCodec
     from asr_rl.models.tokenizer import require_writable
@@ -59,7 +60,8 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
         require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
         loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                             sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed))
+                             sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
+                             sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))
         workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
         workers.report_memory(max(utts, key=lambda u: u.duration or 0.0), ctx.device)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
@@ -70,12 +72,14 @@ def run_text_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     """The text RLHF path: the same loop over a text policy and a prompt set (`prompt_data=`)."""
     from asr_rl.data.batching import BatchLoader
     from asr_rl.data.prompts import PromptBatch, read_prompts
+    from asr_rl.data.signal_sampler import build_sampler
     from asr_rl.trainer.run.setup import setup_run
 
     with setup_run(cfg) as ctx:
         items = read_prompts(cfg.prompt_data, cfg.data.input_key, cfg.data.label_key)
         loader = BatchLoader(items, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                             make_batch=PromptBatch)
+                             make_batch=PromptBatch,
+                             sampler=build_sampler(cfg.data, len(items), cfg.rollout.rollout_batch_size, cfg.seed))
         workers = build_workers(cfg, ctx, algo, text=True)
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg, ctx.device))
 

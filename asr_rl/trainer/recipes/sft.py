@@ -28,6 +28,7 @@ from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, re
 from asr_rl.trainer.strategy import LocalStrategy
 from asr_rl.models.loading import load_policy, require_audio_llm
 from asr_rl.trainer.run.setup import make_logger, setup_run
+from asr_rl.trainer.run.early_stopping import EarlyStopping
 from asr_rl.trainer.run.step_end import StepEnd
 from asr_rl.trainer.config import SFTConfig
 from asr_rl.trainer.run.memory import peak_memory_gib
@@ -85,7 +86,9 @@ def _drop_tokens(policy, targets, p: float, rng: np.random.Generator):
 
 
 def train_sft(cfg: SFTConfig):
-    """Run SFT to `max_steps` (or `max_minutes`), checkpointing and evaluating as configured."""
+    """Run SFT to `max_steps` (or `max_minutes`, or early stopping's end), checkpointing and
+    evaluating as configured; returns `final/` (the last weights; with early stopping the best on
+    dev are in `best/`)."""
     require_audio_llm(cfg.pretrain)
     with setup_run(cfg) as ctx:
         utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
@@ -100,14 +103,17 @@ def train_sft(cfg: SFTConfig):
         loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
                              augmenter=VariantAugmenter(augment, cfg.seed))
-        step = 0
+        step, state = 0, None
         if ctx.resume_from is not None:
-            step = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
-        end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, "sft", postfix="loss/total")
+            step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
+        end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, "sft", postfix="loss/total",
+                      early_stopping=EarlyStopping.from_config(cfg), decay_now=strategy.decay_now,
+                      save_best=functools.partial(save_final, ctx.output_dir, policy.save_pretrained, "best"))
+        end.load_state_dict(state)
         evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval)
                     if cfg.eval_manifest else None)
         accum = cfg.train_batch_size // cfg.micro_train_batch_size
-        while step < cfg.max_steps:
+        while step < cfg.max_steps and not end.done:
             policy.train()
             t0, metrics = time.perf_counter(), {}
             for micro in range(accum):
@@ -121,7 +127,8 @@ def train_sft(cfg: SFTConfig):
                 metrics.update({"encoder/cached": len(policy.encoder_cache), "time/encoder_total": policy.encoder_seconds})
             metrics.update({"grad_norm": grad_norm, "lr": strategy.lr, "epoch": loader.epoch,
                             "memory/peak_gib": peak_memory_gib()})
-            save = functools.partial(_save, ctx.output_dir, step, policy, ctc_head, strategy, loader, cfg.max_ckpt_num)
+            save = functools.partial(_save, ctx.output_dir, step, policy, ctc_head, strategy, loader, end,
+                                     cfg.max_ckpt_num)
             if end(step, metrics, t0, save, evaluate):
                 break
         end.close()
@@ -161,13 +168,14 @@ def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead 
                    loss_weight=weight).to(device)
 
 
-def _save(out, step, policy, ctc_head, strategy, loader, max_ckpt_num) -> None:
+def _save(out, step, policy, ctc_head, strategy, loader, end: StepEnd, max_ckpt_num) -> None:
     state = {"step": step, **strategy.state_dict(), "data": loader.state_dict(), "rng": rng_state(), "policy": policy_resume_weights(policy),
-             "ctc_head": ctc_head.state_dict() if ctc_head is not None else None}
+             "ctc_head": ctc_head.state_dict() if ctc_head is not None else None, "early_stopping": end.state_dict()}
     save_checkpoint(out, step, policy.save_pretrained, state, max_ckpt_num=max_ckpt_num)
 
 
-def _restore(ckpt, policy, ctc_head, strategy, loader) -> int:
+def _restore(ckpt, policy, ctc_head, strategy, loader) -> tuple[int, dict | None]:
+    """The checkpoint's step and early-stopping state, the rest put back in place."""
     state = load_state(ckpt)
     restore_policy_weights(policy, ckpt, state.get("policy"))
     strategy.load_state_dict(state)  # its "optimizer" and "scheduler"
@@ -175,7 +183,7 @@ def _restore(ckpt, policy, ctc_head, strategy, loader) -> int:
     if ctc_head is not None and state.get("ctc_head") is not None:
         ctc_head.load_state_dict(state["ctc_head"])
     set_rng_state(state["rng"])
-    return int(state["step"])
+    return int(state["step"]), state.get("early_stopping")
 
 
 def _required(value, name: str):

@@ -11,8 +11,12 @@ import torch.nn.functional as F
 
 from asr_rl.models.audio_policy import Responses
 from asr_rl.trainer.config import AlgoConfig
-from asr_rl.algos.losses import (LOSS_AGG_MODES, LossOutput, compute_policy_loss, entropy_loss, kl_loss,
-                                 masked_mean, value_loss)
+from asr_rl.algos.losses import (LOSS_AGG_MODES, POLICY_LOSSES, LossOutput, compute_policy_loss, entropy_loss,
+                                 kl_loss, masked_mean, value_loss)
+from asr_rl.algos.mwer import ended_with_eos
+from asr_rl.trainer.rl.group_loss import epoch_order
+from asr_rl.algos.entropy_tokens import high_entropy_tokens
+from asr_rl.algos.off_policy import on_policy_mask
 from asr_rl.trainer.rl.rollout import Experience, MicroBatch
 from asr_rl.algos.rollout_correction import mismatch_metrics, rollout_correction
 
@@ -26,7 +30,7 @@ def micro_logprobs(policy, mb: MicroBatch, temperature: float, with_entropy: boo
     `policy.embed_rows(mb.prompt_rows)` when the caller already has it."""
     embeds, mask = prompts if prompts is not None else policy.embed_rows(mb.prompt_rows)
     responses = Responses(mb.response_ids.to(embeds.device), mb.response_mask.to(embeds.device), [])
-    return policy.logprobs(embeds[mb.prompt_index], mask[mb.prompt_index], responses, temperature=temperature,
+    return policy.logprobs(embeds, mask, responses, mb.prompt_index, temperature=temperature,
                            with_entropy=with_entropy)
 
 
@@ -52,17 +56,22 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
     prompts = policy.embed_rows(mb.prompt_rows)  # shared by the policy loss and the CE term
     logp, entropy = micro_logprobs(policy, mb, temperature, with_entropy=True, prompts=prompts)
     mask = mb.response_mask.to(logp.device)
+    off = mb.off_policy.to(logp.device) if mb.off_policy is not None else None
+    on = on_policy_mask(mask, off)  # sampled tokens: the KL estimate and the rollout correction hold there only
     # On-policy shortcut: with one update per rollout the old policy is the current one.
     old = mb.old_logp.to(logp.device) if mb.old_logp is not None else logp.detach()
     low, high = algo.eps_clip_low_high or (algo.eps_clip, algo.eps_clip)
-    weights, rollout_logp, corr_metrics = _rollout_correction(mb, old, mask, algo)
-    out = compute_policy_loss(algo.policy_loss, logp, old, mb.advantages.to(logp.device), mask,
-                              eps_clip_low=low, eps_clip_high=high, dual_clip=algo.dual_clip,
-                              loss_agg_mode=algo.loss_agg_mode, rollout_weights=weights, rollout_logp=rollout_logp)
-    loss, metrics = out.loss, {**out.metrics, **corr_metrics}
+    weights, rollout_logp, corr_metrics = _rollout_correction(mb, old, on, algo)
+    advantages, token_metrics = _entropy_tokens(mb.advantages.to(logp.device), entropy, mask, algo)
+    out = compute_policy_loss(algo.policy_loss, logp, old, advantages, mask, eps_clip_low=low, eps_clip_high=high,
+                              dual_clip=algo.dual_clip, loss_agg_mode=algo.loss_agg_mode, rollout_weights=weights,
+                              rollout_logp=rollout_logp, off_policy=off,
+                              group_index=mb.prompt_index.to(logp.device),  # a group is a prompt's rows
+                              ended=ended_with_eos(mb.response_ids, mb.response_mask, policy.eos_id).to(logp.device))
+    loss, metrics = out.loss, {**out.metrics, **corr_metrics, **token_metrics}
     if algo.use_kl_loss and mb.ref_logp is not None:
         # measured even at coefficient 0: the adaptive controller and the logs read it
-        kl = kl_loss(logp, mb.ref_logp.to(logp.device), mask, algo.kl_estimator, algo.loss_agg_mode, algo.kl_clamp)
+        kl = kl_loss(logp, mb.ref_logp.to(logp.device), on, algo.kl_estimator, algo.loss_agg_mode, algo.kl_clamp)
         if kl_coef > 0:
             loss = loss + kl_coef * kl.loss
         metrics.update(kl.metrics)
@@ -76,6 +85,17 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
         aux = algo.sft_coef * ce
         metrics["actor/sft_ce"] = float(ce.detach())
     return LossOutput(loss, metrics, aux)
+
+
+def _entropy_tokens(advantages: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, algo: AlgoConfig):
+    """(advantages, metrics): with `algo.entropy_token_top_ratio` < 1, the advantages of all but the
+    micro-batch's highest-entropy tokens set to 0, so only those carry a gradient (arXiv:2506.01939;
+    algos/entropy_tokens.py); the loss keeps its normaliser over every token, as the paper's."""
+    if algo.entropy_token_top_ratio >= 1:
+        return advantages, {}
+    keep = high_entropy_tokens(entropy, mask, algo.entropy_token_top_ratio)
+    share = float(keep.sum()) / max(1.0, float(mask.bool().sum()))
+    return torch.where(keep, advantages, torch.zeros_like(advantages)), {"policy/entropy_tokens_kept": share}
 
 
 def _rollout_correction(mb: MicroBatch, old: torch.Tensor, mask: torch.Tensor, algo: AlgoConfig):
@@ -111,7 +131,7 @@ def ppo_update(policy, strategy, exp: Experience, algo: AlgoConfig, micro_size: 
     optimiser step accumulated over micro-batches of `micro_size`."""
     return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy,
                    lambda mb: actor_loss(policy, mb, algo, temperature, kl_coef), prefix="actor",
-                   loss_agg_mode=algo.loss_agg_mode)
+                   loss_agg_mode=algo.loss_agg_mode, whole_groups=POLICY_LOSSES.spec(algo.policy_loss).grouped)
 
 
 def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_size: int, train_size: int,
@@ -125,13 +145,19 @@ def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_siz
 
 
 def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed: int, strategy, loss_fn,
-            prefix: str, loss_agg_mode: str = "token-mean") -> dict[str, float]:
+            prefix: str, loss_agg_mode: str = "token-mean", whole_groups: bool = False) -> dict[str, float]:
+    """With `whole_groups` (a grouped loss) every minibatch and micro-batch holds whole groups."""
+    if whole_groups and (micro_size % exp.group_size or train_size % exp.group_size):
+        raise ValueError(f"a grouped loss needs micro-batches ({micro_size}) and minibatches ({train_size}) of whole "
+                         f"groups of {exp.group_size}")
     sums: dict[str, float] = {}
     n_micro_total, grad_norms = 0, []
     for epoch in range(epochs):
-        order = np.random.default_rng([seed, epoch]).permutation(len(exp)) if epochs > 1 else np.arange(len(exp))
+        order = epoch_order(len(exp), exp.group_size, seed, epoch, epochs > 1, whole_groups)
         for start in range(0, len(exp), train_size):
             mini = order[start:start + train_size].tolist()
+            if not whole_groups:  # the minibatch's gradient is a sum over its rows in any order; sorted,
+                mini.sort()       # a micro-batch holds runs of a group, whose prompt then runs once
             micros = [mini[k:k + micro_size] for k in range(0, len(mini), micro_size)]
             weights = micro_weights(exp, micros, loss_agg_mode, strategy)
             for k, (idx, weight) in enumerate(zip(micros, weights)):

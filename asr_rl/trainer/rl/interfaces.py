@@ -47,6 +47,10 @@ class Workers(Protocol):
 
     def parse(self, text: str, language: str | None): ...
 
+    def target_ids(self, texts: list[str], languages: list[str | None]) -> list[list[int]]:
+        """Reference transcripts as response token ids (EOS included), in the policy's target
+        encoding (`rollout.reference_in_group`)."""
+
     def annotate(self, exp: Experience, need_old_logp: bool) -> None:
         """Fill `old_logp`, `ref_logp` and `values` as the run needs them."""
 

@@ -19,12 +19,13 @@ from asr_rl.trainer.run.checkpoint import load_state, rng_state, save_checkpoint
 from asr_rl.trainer.config import RLConfig
 from asr_rl.algos.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
 from asr_rl.algos.masked import masked_mean
+from asr_rl.algos.off_policy import on_policy_mask
 from asr_rl.trainer.run.metrics import timer
 from asr_rl.trainer.run.step_end import StepEnd
 from asr_rl.trainer.rl.interfaces import Workers
 from asr_rl.algos.reward_shaping import REWARD_AGGREGATIONS
-from asr_rl.trainer.rl.rollout import (Experience, Group, attach_rewards, build_experience, make_samples,
-                                    merge_reward_outputs)
+from asr_rl.trainer.rl.rollout import (Experience, Group, add_references, attach_rewards, build_experience,
+                                       make_samples, merge_reward_outputs)
 
 log = logging.getLogger("asr_rl.train")
 
@@ -50,7 +51,7 @@ class RLTrainer:
         with timer(t, "rollout"):
             groups, stats = self.collect_groups(t)
         self.prefetch()  # asynchronous: the engines generate what comes next while this step trains
-        exp = build_experience(groups, self.cfg.rollout.n_samples_per_prompt, self.workers.pad_id)
+        exp = build_experience(groups, self.cfg.rollout.group_size, self.workers.pad_id)
         # 3. log-probs of the old policy / reference, critic values; then advantages
         with timer(t, "logprobs"):
             self.workers.annotate(exp, need_old_logp=self._needs_old_logp(len(exp)))
@@ -70,7 +71,7 @@ class RLTrainer:
             self.kl_ctl.update(measured, len(exp))
         reward_log = merge_reward_outputs(groups).log()
         return {**stats, **reward_log, **adv_metrics, **train_metrics, **_response_stats(exp),
-                "kl/coef": self.kl_ctl.value, **t}
+                **self.loader.metrics(), "kl/coef": self.kl_ctl.value, **t}
 
     def collect_groups(self, timings: dict[str, float]) -> tuple[list[Group], dict[str, float]]:
         """`rollout_batch_size` groups, dropping reward ties when dynamic filtering is on."""
@@ -84,11 +85,11 @@ class RLTrainer:
                                    else self.submit(self.step_no, rounds))
             samples, version = self.workers.collect(handle)
             lags.append(self.step_no - version)
-            groups = [Group(item, row, s.ids, [self.workers.decode(x) for x in s.ids], rollout_logps=s.logps,
-                            policy_version=version) for item, row, s in zip(batch.items, rows, samples)]
+            groups = self.make_groups(batch.items, rows, samples, version)
             with timer(timings, "reward"):
                 for key, value in self.score(groups).items():  # averaged over the refill rounds
                     logs[key] = logs.get(key, 0.0) + value
+            self.loader.feedback([g.item for g in groups], [g.rewards for g in groups])  # filtered ones too
             seen += len(groups)
             informative = [g for g in groups if g.informative] if self.cfg.dynamic_filtering else groups
             dropped += len(groups) - len(informative)
@@ -106,6 +107,16 @@ class RLTrainer:
                              "rollout/groups_kept": keep, "rollout/rounds": rounds,
                              "rollout/version_lag": sum(lags) / len(lags),
                              **{f"reward/{k}": v / rounds for k, v in logs.items()}}
+
+    def make_groups(self, items: list, rows: list, samples: list, version: int) -> list[Group]:
+        """A group per prompt of its samples, and its reference transcript as an off-policy member
+        when `rollout.reference_in_group` (rollout.py `add_references`)."""
+        groups = [Group(item, row, s.ids, [self.workers.decode(x) for x in s.ids], rollout_logps=s.logps,
+                        policy_version=version) for item, row, s in zip(items, rows, samples)]
+        if self.cfg.rollout.reference_in_group:
+            refs = self.workers.target_ids([u.text for u in items], [u.language for u in items])
+            add_references(groups, refs, self.workers.decode)
+        return groups
 
     def submit(self, step: int, round_no: int):
         """Draw a batch, encode it and start sampling it (seeds of `step` and `round_no`)."""
@@ -135,8 +146,9 @@ class RLTrainer:
     def compute_advantages(self, exp: Experience) -> dict[str, float]:
         a = self.cfg.algo
         mask = exp.response_mask
-        kl_penalty, metrics = reward_kl_penalty(exp.old_logp, exp.ref_logp, mask, a.kl_estimator, a.kl_clamp,
-                                                coef=0.0 if a.use_kl_loss else self.kl_ctl.value)
+        # the KL estimate needs tokens the policy sampled: a reference member's rows are left out
+        kl_penalty, metrics = reward_kl_penalty(exp.old_logp, exp.ref_logp, on_policy_mask(mask, exp.off_policy),
+                                                a.kl_estimator, a.kl_clamp, coef=0.0 if a.use_kl_loss else self.kl_ctl.value)
         terms = weights = None
         if REWARD_AGGREGATIONS.spec(a.reward_aggregation).per_term:  # e.g. GDPO: each term normalised in its group
             names = self.cfg.reward.terms

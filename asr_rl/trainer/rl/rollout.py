@@ -37,6 +37,7 @@ class Group:
     terms: dict[str, list[float]] = field(default_factory=dict)
     rollout_logps: list[list[float]] | None = None  # the engine's per-token log-probs
     policy_version: int | None = None  # updates in the weights that sampled it (async: behind the trainer)
+    off_policy: list[bool] | None = None  # per response: not sampled by the policy (None: all sampled)
 
     @property
     def informative(self) -> bool:
@@ -54,6 +55,8 @@ class Experience:
         rewards: `(B*n,)` sequence rewards.
         old_logp / ref_logp / values / advantages / returns: `(B*n, T)`, filled by later stages.
         rollout_logp: `(B*n, T)` the rollout engine's log-probs (0 at padding), None when unknown.
+        off_policy: `(B*n,)` bool, the rows the policy did not sample (a group's reference
+            transcript, `add_references`); None when every row is sampled.
     """
 
     groups: list[Group]
@@ -67,6 +70,7 @@ class Experience:
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     rollout_logp: torch.Tensor | None = None
+    off_policy: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
@@ -88,7 +92,8 @@ class Experience:
         pick = lambda t: None if t is None else t[rows]  # noqa: E731
         return Experience([self.groups[g] for g in group_idx], self.group_size, self.response_ids[rows],
                           self.response_mask[rows], self.rewards[rows], pick(self.old_logp), pick(self.ref_logp),
-                          pick(self.values), pick(self.advantages), pick(self.returns), pick(self.rollout_logp))
+                          pick(self.values), pick(self.advantages), pick(self.returns), pick(self.rollout_logp),
+                          pick(self.off_policy))
 
     def select(self, seq_idx: list[int]) -> "MicroBatch":
         """Sequences `seq_idx` with the prompt rows they need and the index mapping them."""
@@ -100,7 +105,7 @@ class Experience:
         return MicroBatch([self.groups[g].prompt for g in groups], index, self.response_ids[idx],
                           self.response_mask[idx], pick(self.old_logp), pick(self.ref_logp), pick(self.values),
                           pick(self.advantages), pick(self.returns), [self.groups[g].item for g in groups],
-                          pick(self.rollout_logp))
+                          pick(self.rollout_logp), pick(self.off_policy))
 
 
 @dataclass
@@ -116,6 +121,7 @@ class MicroBatch:
     returns: torch.Tensor | None
     items: list = field(default_factory=list)  # the prompts' Utterances (references for `algo.sft_coef`)
     rollout_logp: torch.Tensor | None = None
+    off_policy: torch.Tensor | None = None  # (m,) bool, see `Experience.off_policy`
 
 
 def build_experience(groups: list[Group], group_size: int, pad_id: int) -> Experience:
@@ -132,7 +138,24 @@ def build_experience(groups: list[Group], group_size: int, pad_id: int) -> Exper
         rollout_logp = torch.zeros((len(rows), width), dtype=torch.float32)
         for i, lp in enumerate(lp for g in groups for lp in g.rollout_logps):
             rollout_logp[i, : len(lp)] = torch.as_tensor(lp, dtype=torch.float32)
-    return Experience(groups, group_size, ids, mask, rewards, rollout_logp=rollout_logp)
+    off_policy = None
+    if any(g.off_policy for g in groups):
+        off_policy = torch.as_tensor([o for g in groups for o in (g.off_policy or [False] * len(g.responses))])
+    return Experience(groups, group_size, ids, mask, rewards, rollout_logp=rollout_logp, off_policy=off_policy)
+
+
+def add_references(groups: list[Group], references: list[list[int]], decode) -> None:
+    """Each group gets its utterance's reference transcript as a last, off-policy member (LUFFY's
+    off-policy guidance, arXiv:2504.14945; `rollout.reference_in_group`), to be scored with the
+    samples: `references[b]` are its token ids in the policy's target encoding (EOS included),
+    `decode(ids)` its text. Its engine log-probs do not exist: 0 (the loss leaves such rows out
+    of the rollout correction)."""
+    for g, ref in zip(groups, references, strict=True):
+        g.off_policy = [False] * len(g.responses) + [True]
+        g.responses = [*g.responses, list(ref)]
+        g.texts = [*g.texts, decode(ref)]
+        if g.rollout_logps is not None:
+            g.rollout_logps = [*g.rollout_logps, [0.0] * len(ref)]
 
 
 def make_samples(groups: list[Group], parse) -> list[Sample]:
@@ -162,8 +185,13 @@ def attach_rewards(groups: list[Group], out: RewardOutput) -> None:
 
 
 def merge_reward_outputs(groups: list[Group], extra_logs: dict[str, float] | None = None) -> RewardOutput:
+    """The rewards of the sampled members, for the logs (a reference member is left out: the curve
+    is the policy's)."""
     terms: dict[str, list[float]] = {}
+    rewards: list[float] = []
     for g in groups:
+        keep = [not o for o in g.off_policy] if g.off_policy else [True] * len(g.rewards)
+        rewards += [r for r, k in zip(g.rewards, keep) if k]
         for name, vals in g.terms.items():
-            terms.setdefault(name, []).extend(vals)
-    return RewardOutput([r for g in groups for r in g.rewards], terms=terms, extra_logs=extra_logs or {})
+            terms.setdefault(name, []).extend(v for v, k in zip(vals, keep) if k)
+    return RewardOutput(rewards, terms=terms, extra_logs=extra_logs or {})

@@ -26,7 +26,7 @@ def make_strategy(params, cfg: RLConfig, lr: float) -> LocalStrategy:
 
 def total_optimizer_steps(cfg: RLConfig) -> int:
     """Optimiser steps of the whole run (for the LR schedule): epochs x minibatches per rollout."""
-    total = cfg.rollout.rollout_batch_size * cfg.rollout.n_samples_per_prompt
+    total = cfg.rollout.rollout_batch_size * cfg.rollout.group_size
     return cfg.max_steps * cfg.algo.max_epochs * (total // (cfg.optim.train_batch_size or total))
 
 
@@ -77,6 +77,9 @@ class LocalWorkers:
 
     def parse(self, text: str, language: str | None):
         return self.policy.parse(text, language)
+
+    def target_ids(self, texts: list[str], languages: list) -> list[list[int]]:
+        return self.policy.codec.target_rows(texts, languages)
 
     # --- experience ----------------------------------------------------------------------
     def annotate(self, exp: Experience, need_old_logp: bool) -> None:

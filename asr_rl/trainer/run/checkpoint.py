@@ -5,6 +5,8 @@
                                                                       RNG, data position, extras)
     <output_dir>/checkpoints/latest          name of the newest complete checkpoint
     <output_dir>/final/                      the last weights, a plain HF folder
+    <output_dir>/best/                       with early stopping: the best weights on dev, and
+                                            best.json (step, metric, value)
 
 Each folder is written to a temp folder and renamed into place, so a crash leaves the previous
 checkpoint intact and never a half-written one; `transformers` ignores the extra `trainer_state/`.
@@ -69,13 +71,17 @@ def save_checkpoint(output_dir: str | Path, step: int, save_model: Callable[[Pat
     return final
 
 
-def save_final(output_dir: str | Path, save_model: Callable[[Path], None]) -> Path:
-    """Write `<output_dir>/final` (weights only) atomically."""
-    final = Path(output_dir) / "final"
+def save_final(output_dir: str | Path, save_model: Callable[[Path], None], name: str = "final",
+               info: dict | None = None) -> Path:
+    """Write `<output_dir>/<name>` (weights only; `final`, or `best` for early stopping) atomically,
+    with `info` as `<name>.json` in it when given."""
+    final = Path(output_dir) / name
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".final.tmp"))
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}.tmp"))
     try:
         save_model(tmp)
+        if info is not None:
+            (tmp / f"{name}.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
         replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -100,7 +100,7 @@ def claim_run_folder(cfg, command: str, has_checkpoints: bool) -> None:
     written."""
     out = Path(cfg.output_dir)
     if has_checkpoints and cfg.resume in ("none", "", "false"):
-        for name in ("checkpoints", "final", "tensorboard", "metrics.jsonl"):
+        for name in ("checkpoints", "final", "best", "tensorboard", "metrics.jsonl"):
             target = out / name
             shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
         log.info("overwrite_output_dir: removed the previous run's checkpoints and metrics from %s", out)

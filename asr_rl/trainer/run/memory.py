@@ -10,6 +10,10 @@ what the KL reference owns. Estimated by formula for the rest:
   et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
   eq. 1 without the attention-score term, which SDPA does not keep), twice that in float32;
 - the runtime (Python, torch, transformers, the data), measured on this machine kind.
+With a shared prompt (`model.shared_prefix`) a micro-batch runs each of its prompts once (its
+sequences come in groups of n, so about micro / n + 1 prompts), and keeps the prompt's keys and
+values gathered per sequence for the responses' attention; the rollout cache is the same size
+(the prefilled prompt is repeated for the n samples).
 
 With DeepSpeed ZeRO over `world_size` data-parallel ranks (Rajbhandari et al. 2020, "ZeRO: Memory
 Optimizations Toward Training Trillion Parameter Models", arXiv:1910.02054, sec. 5.1), stage 1
@@ -50,7 +54,8 @@ def _bytes(params) -> int:
 
 def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences: int, prompt_len: int,
                        response_len: int, micro_batch: int, optimizer_bytes_per_param: float | None = None,
-                       zero_stage: int = 0, world_size: int = 1, runtime_bytes: int = RUNTIME_BYTES) -> MemoryEstimate:
+                       zero_stage: int = 0, world_size: int = 1, runtime_bytes: int = RUNTIME_BYTES,
+                       group_size: int = 1, shared_prefix: bool = False) -> MemoryEstimate:
     """The peak of one policy rank during an RL step.
 
     Args:
@@ -64,6 +69,7 @@ def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences
         optimizer_bytes_per_param: AdamW state per trainable parameter; default two moments in the
             parameter's dtype (torch AdamW); DeepSpeed bf16 keeps an fp32 master copy too (12).
         zero_stage, world_size: DeepSpeed ZeRO partitioning over the data-parallel ranks.
+        group_size, shared_prefix: sequences per prompt, and whether they share its forward.
     """
     params = list(policy.model.parameters())
     trainable = [p for _, p in policy.trainable_parameters()]
@@ -75,14 +81,17 @@ def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences
     layers, hidden, vocab = cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
     head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    tokens = micro_batch * (prompt_len + response_len)
+    kv_per_token = 2 * layers * kv_heads * head_dim * elem
+    prompts = min(micro_batch, -(-micro_batch // group_size) + 1) if shared_prefix and group_size > 1 else micro_batch
+    tokens = prompts * prompt_len + micro_batch * response_len
     shard = [1 / world_size if zero_stage >= s else 1.0 for s in (3, 2, 1)]  # weights, grads, optimizer
     parts = {  # ZeRO-3 partitions every parameter of the engine's module, frozen ones too
         "weights": int(_bytes(params) * shard[0]),
         "gradients": int(_bytes(trainable) * shard[1]),
         "optimizer state": int(opt * sum(p.numel() for p in trainable) * shard[2]),
         "reference": (_bytes(trainable) if share_frozen else _bytes(params) - tower_bytes) if reference else 0,
-        "rollout KV cache": 2 * layers * kv_heads * head_dim * elem * sequences * (prompt_len + response_len),
+        "rollout KV cache": kv_per_token * sequences * (prompt_len + response_len),
+        "shared prompt KV": kv_per_token * micro_batch * prompt_len if prompts < micro_batch else 0,
         "LM-head outputs": 4 * 4 * micro_batch * response_len * vocab,
         "activations": int(34 * tokens * hidden * layers * elem / 2),
         "runtime": runtime_bytes,
@@ -101,7 +110,8 @@ def rank_estimate(cfg, policy, *, reference: bool, prompt_len: int, world_size: 
                               sequences=-(-r.rollout_batch_size * r.n_samples_per_prompt // world_size),
                               prompt_len=prompt_len, response_len=r.max_new_tokens,
                               micro_batch=cfg.optim.micro_train_batch_size, optimizer_bytes_per_param=opt,
-                              zero_stage=d.zero_stage if deepspeed else 0, world_size=world_size)
+                              zero_stage=d.zero_stage if deepspeed else 0, world_size=world_size,
+                              group_size=r.n_samples_per_prompt, shared_prefix=cfg.model.shared_prefix)
 
 
 def prompt_length(policy, utterance, sample_rate: int) -> int:

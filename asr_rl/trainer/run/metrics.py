@@ -15,8 +15,8 @@ log = logging.getLogger("asr_rl.train")
 
 # What the one console line per step shows (everything still goes to metrics.jsonl/TensorBoard).
 CONSOLE_KEYS = ("loss/total", "loss/ce", "loss/ctc", "reward/mean", "eval/cer", "eval/wer", "actor/loss",
-                "critic/loss", "kl/loss", "kl/mean", "policy/entropy", "policy/clip_frac", "response/length_mean",
-                "rollout/groups_filtered", "lr", "actor/lr", "time/step")
+                "critic/loss", "kl/loss", "kl/mean", "policy/entropy", "policy/clip_frac", "mwer/risk",
+                "response/length_mean", "rollout/groups_filtered", "lr", "actor/lr", "time/step")
 
 
 class MetricsLogger:

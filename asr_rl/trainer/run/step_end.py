@@ -1,6 +1,7 @@
 """The end of every trainer's step, written once: checkpoint every `save_steps` (and at the last
-step), then evaluate every `eval_steps` (and at the last step), then log the step's metrics; the
-progress bar and the `max_minutes` stop come with it. SFT, DPO/KTO, RM and the RL loop call it."""
+step), evaluate every `eval_steps` (and at the last step), then log the step's metrics; the
+progress bar, the `max_minutes` stop and early stopping on dev (run/early_stopping.py) come with it.
+SFT, DPO/KTO, RM and the RL loop call it."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from tqdm import tqdm
 
 from asr_rl.config import RunConfig
+from asr_rl.trainer.run.early_stopping import EarlyStopping
 
 log = logging.getLogger("asr_rl.train")
 
@@ -21,37 +23,94 @@ def due(every: int, step: int) -> bool:
 
 class StepEnd:
     """`end(step, metrics, step_start, save, evaluate)` after each optimiser step; it returns True
-    when the run stops there (`max_steps` or `max_minutes` reached).
+    when the run stops there (`max_steps` or `max_minutes` reached, or early stopping's end).
+
+    Without early stopping the checkpoint comes before the evaluation, so that a failing evaluation
+    cannot lose the step's update. With it the evaluation comes first: the checkpoint holds the
+    evaluation's verdict (`state_dict()`: best value, evaluations since it, a decay begun), so a run
+    resumed from it counts on where an uninterrupted one would; a failing evaluation then costs the
+    steps since the checkpoint before (the resumed run does them again).
 
     Args:
         first_step: the step the run starts after (a resumed run's checkpoint step).
         desc: the progress bar's label.
         postfix: a metric shown on the progress bar (e.g. "loss/total"), under its first part's name.
+        early_stopping: the patience count (None: off); the trainer saves `state_dict()` in its
+            checkpoints and gives it back with `load_state_dict`.
+        save_best: `save_best(info=...)` writes the weights as the best on dev (`info`: step,
+            metric, value); called whenever an evaluation improves on the best.
+        decay_now: `decay_now(n)` anneals the rate to its floor over the next n steps
+            (`LocalStrategy.decay_now`); called when patience runs out and a decay follows.
     """
 
-    def __init__(self, cfg: RunConfig, logger, first_step: int, desc: str, postfix: str | None = None):
+    def __init__(self, cfg: RunConfig, logger, first_step: int, desc: str, postfix: str | None = None,
+                 early_stopping: EarlyStopping | None = None, save_best: Callable[..., object] | None = None,
+                 decay_now: Callable[[int], None] | None = None):
         self.cfg, self.logger, self.postfix = cfg, logger, postfix
+        self.early, self.save_best, self.decay_now = early_stopping, save_best, decay_now
+        self.step = first_step
         self.start = time.perf_counter()
         self.bar = tqdm(total=cfg.max_steps, initial=first_step, desc=desc, disable=not cfg.logging.progress_bar)
 
+    @property
+    def done(self) -> bool:
+        """Whether early stopping ended the run at the current step (a resumed run may start there)."""
+        return self.early is not None and self.early.done(self.step)
+
     def __call__(self, step: int, metrics: dict, step_start: float, save: Callable[[], None],
                  evaluate: Callable[[], dict] | None = None) -> bool:
+        self.step = step
         now = time.perf_counter()
         metrics["time/step"] = now - step_start
         metrics["time/elapsed_min"] = (now - self.start) / 60
         out_of_time = 0 < self.cfg.max_minutes <= metrics["time/elapsed_min"]
-        last = step >= self.cfg.max_steps or out_of_time
-        if last or due(self.cfg.save_steps, step):
+        decay_end = self.early.decay_end if self.early is not None else None
+        last = step >= (decay_end if decay_end is not None else self.cfg.max_steps) or out_of_time
+        save_due = last or due(self.cfg.save_steps, step)
+        if save_due and self.early is None:
             save()  # before the evaluation: a failing evaluation cannot lose the step's update
+        stop = False
         if evaluate is not None and (last or due(self.cfg.eval_steps, step)):
             metrics.update(evaluate())
+            stop = self.early is not None and self._judge(step, metrics)
+        if self.early is not None and (save_due or stop):
+            save()  # after the evaluation, whose verdict the checkpoint holds
         self.logger.log(step, metrics)
         self.bar.update(1)
         if self.postfix in metrics:
             self.bar.set_postfix({self.postfix.split("/")[0]: f"{metrics[self.postfix]:.3f}"})
         if out_of_time:
             log.info("max_minutes %.1f reached at step %d", self.cfg.max_minutes, step)
-        return last
+        return last or stop
+
+    def _judge(self, step: int, metrics: dict) -> bool:
+        """Early stopping's verdict on this evaluation, acted on; True when the run ends here."""
+        es = self.early
+        if es.metric not in metrics:
+            raise KeyError(f"early_stopping_metric {es.metric} is not among the evaluation's metrics "
+                           f"({', '.join(k for k in metrics if k.startswith('eval/'))})")
+        verdict = es.update(step, float(metrics[es.metric]), self.cfg.max_steps)
+        if verdict.improved and self.save_best is not None:
+            self.save_best(info={"step": step, "metric": es.metric, "value": es.best})
+        if verdict.decay_steps:
+            log.info("%s: no improvement in %d evaluations at step %d (best %.4g at step %d): decaying the rate "
+                     "over %d steps, then ending", es.metric, es.bad_evals, step, es.best, es.best_step,
+                     verdict.decay_steps)
+            if self.decay_now is not None:
+                self.decay_now(verdict.decay_steps)
+        metrics[es.best_key] = es.best
+        metrics["early_stopping/bad_evals"] = es.bad_evals
+        if verdict.stop:
+            log.info("early stopping at step %d: best %s %.4g at step %d", step, es.metric, es.best, es.best_step)
+        return verdict.stop
+
+    def state_dict(self) -> dict | None:
+        return self.early.state_dict() if self.early is not None else None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """A checkpoint's early-stopping state (None: one saved without early stopping, which starts afresh)."""
+        if self.early is not None and state is not None:
+            self.early.load_state_dict(state)
 
     def close(self) -> None:
         self.bar.close()

@@ -192,3 +192,30 @@ def test_groups_that_do_not_fit_the_cluster_fail_before_any_actor_starts(local_r
         _text_ppo(tmp_path, "big", tiny_text_model, text_data, "distributed.colocate_critic=false",
                   "distributed.critic_num_gpus_per_node=8")
     assert ray.available_resources().get("CPU") == total
+
+
+@pytest.fixture(scope="module")
+def ending_model(tiny_model, tiny_corpus, tmp_path_factory):
+    from tests.trainer.rl.test_mwer_e2e import make_ending_model
+
+    return make_ending_model(tiny_model, tiny_corpus, tmp_path_factory.mktemp("ending") / "model")
+
+
+def test_two_rank_mwer_step_on_beam_groups_equals_the_local_step(local_ray, ending_model, tiny_corpus, tmp_path,
+                                                                  monkeypatch):
+    """MWER renormalises over whole groups: each rank gets one whole N-best (2 groups, 2 ranks) and
+    DeepSpeed's mean over ranks is the local mean over groups."""
+    from asr_rl.trainer.run.metrics import read_metrics
+    from tests.trainer.rl.test_engines import _Reward
+    from tests.trainer.rl.test_mwer_e2e import MWER
+
+    monkeypatch.setitem(globals(), "build_reward", lambda cfg: _Reward())  # distinct rewards in every group
+    common = _overrides(ending_model, tiny_corpus, tmp_path / "x", "max_steps=1", "save_steps=0", "max_new_tokens=8",
+                        *MWER)
+    (local,) = _one_step(load_rl_config("grpo", None, common + [f"output_dir={tmp_path / 'local'}"]))
+    ranks = _one_step(load_rl_config("grpo", None, common + [
+        f"output_dir={tmp_path / 'ray'}", "backend=ray", "distributed.actor_num_gpus_per_node=2"]))
+    assert [n for n in local if not torch.equal(ranks[0][n], ranks[1][n])] == [], "ranks differ"
+    assert max(float((ranks[0][n] - v).abs().max()) for n, v in local.items()) <= ATOL
+    (row,) = read_metrics(tmp_path / "local")
+    assert row["actor/grad_norm"] > 0 and row["mwer/groups_without_signal"] < 1  # MWER had a gradient

@@ -15,6 +15,7 @@ vllm = pytest.importorskip(
 from asr_rl.data.batching import load_batch  # noqa: E402
 from asr_rl.data.manifest import read_manifest  # noqa: E402
 from asr_rl.models.audio_policy import AudioPolicy  # noqa: E402
+from asr_rl.models.policy_base import group_index  # noqa: E402
 from asr_rl.trainer.config import RLConfig, RolloutConfig  # noqa: E402
 from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine, export_llm
 from asr_rl.trainer.distributed.weight_sync import WeightSyncReceiver, WeightSyncSender, llm_named_weights
@@ -119,7 +120,7 @@ def _trainer_logprobs(policy, rows, out, n: int, temperature: float) -> list[tor
     embeds, mask = policy.embed_rows(rows)
     responses = policy.pad_responses([s for g in out for s in g.ids])
     with torch.no_grad():
-        logp = policy.logprobs(embeds, mask, responses, n=n, temperature=temperature)
+        logp = policy.logprobs(embeds, mask, responses, group_index(len(embeds), n), temperature=temperature)
     return [lp[m.bool()] for lp, m in zip(logp, responses.mask)]
 
 

@@ -182,3 +182,86 @@ def test_transcripts_the_model_cannot_write_are_reported_not_trained_on(tiny_mod
                                          rf"{manifest}:4: ✓"):
         train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", f"train_manifest={manifest}"))
     assert main(["data", "check", "--manifest", str(tiny_corpus / "train.jsonl"), "--model", str(tiny_model)]) == 0
+
+
+def _scripted_dev(monkeypatch, values, fail_at=None):
+    """Dev CER of the n-th evaluation in this process is values[n - 1] (one evaluation a step with
+    eval_steps=1); the evaluation numbered `fail_at` fails once, uncounted, like a crash in it."""
+    import asr_rl.trainer.recipes.sft as sft
+
+    done, failed = [], []
+
+    def evaluate(policy, manifest, eval_cfg):
+        n = len(done) + 1
+        if n == fail_at and not failed:
+            failed.append(n)
+            raise RuntimeError("evaluation failed")
+        done.append(n)
+        return {"eval/cer": values[n - 1]}
+    monkeypatch.setattr(sft, "evaluate_during_training", evaluate)
+
+
+# best at step 2, then two evaluations without an improvement: patience 2 ends the run at step 4 of 10
+EARLY = ["max_steps=10", "eval_steps=1", "save_steps=1", "max_ckpt_num=10", "early_stopping_patience=2",
+         "early_stopping_min_delta=0.01"]
+DEV_CER = [0.9, 0.6, 0.595, 0.7, 0.5, 0.5]
+
+
+def test_early_stopping_keeps_the_best_step_as_best_and_ends_the_run(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    import json
+
+    _scripted_dev(monkeypatch, DEV_CER)
+    out = tmp_path / "run"
+    final = train_sft(_cfg(tiny_model, tiny_corpus, out, *EARLY, f"eval_manifest={tiny_corpus / 'dev.jsonl'}"))
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["eval/best_cer"] for r in rows] == [0.9, 0.6, 0.6, 0.6]  # 0.595 is within min_delta
+    assert [r["early_stopping/bad_evals"] for r in rows] == [0, 0, 1, 2]
+    assert json.loads((out / "best" / "best.json").read_text()) == {"metric": "eval/cer", "step": 2, "value": 0.6}
+    best, at2, at4, last = (_params(p) for p in (out / "best", out / "checkpoints" / "step_000002",
+                                                 out / "checkpoints" / "step_000004", final))
+    assert all(torch.equal(best[n], at2[n]) for n in best) and not all(torch.equal(best[n], at4[n]) for n in best)
+    assert all(torch.equal(last[n], at4[n]) for n in last)  # final/ is the last step's weights
+    assert not (out / "checkpoints" / "step_000005").exists()
+
+
+def test_early_stopping_resumed_mid_patience_stops_where_the_uninterrupted_run_does(tiny_model, tiny_corpus, tmp_path,
+                                                                                  monkeypatch):
+    dev = f"eval_manifest={tiny_corpus / 'dev.jsonl'}"
+    _scripted_dev(monkeypatch, DEV_CER)
+    straight = tmp_path / "straight"
+    train_sft(_cfg(tiny_model, tiny_corpus, straight, *EARLY, dev))
+    # the evaluation of step 4 fails: the last checkpoint is step 3's, after one evaluation without an improvement
+    _scripted_dev(monkeypatch, DEV_CER, fail_at=4)
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        train_sft(_cfg(tiny_model, tiny_corpus, run, *EARLY, dev))
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_000003" and not (run / "final").exists()
+    train_sft(_cfg(tiny_model, tiny_corpus, run, *EARLY, dev, "resume=auto"))
+    a, b = read_metrics(straight), read_metrics(run)
+    assert [r["step"] for r in b] == [1, 2, 3, 4] and b[-1]["early_stopping/bad_evals"] == 2
+    assert b[-1]["loss/ce"] == pytest.approx(a[-1]["loss/ce"], rel=1e-5)
+    pa, pb = _params(straight / "final"), _params(run / "final")
+    assert max((pa[n] - pb[n]).abs().max().item() for n in pa) < 1e-6
+    assert (run / "best" / "best.json").read_text() == (straight / "best" / "best.json").read_text()
+
+
+def test_out_of_patience_sft_anneals_the_rate_over_the_decay_steps_then_ends(tiny_model, tiny_corpus, tmp_path,
+                                                                             monkeypatch):
+    # WSD at 1e-3 (floor 0.1, linear, no warmup); patience 1 runs out at step 2: steps 3 and 4 train at
+    # 1e-3 * (0.1 + 0.9 * (1 - j / 2)) for j = 1, 2 = 5.5e-4, 1e-4, and the run ends at 4 of 10
+    from asr_rl.trainer.run.checkpoint import load_state
+
+    _scripted_dev(monkeypatch, [0.9, 0.95, 0.8, 0.85])
+    out = tmp_path / "run"
+    train_sft(_cfg(tiny_model, tiny_corpus, out, "max_steps=10", "eval_steps=1", "save_steps=1", "max_ckpt_num=10",
+                   f"eval_manifest={tiny_corpus / 'dev.jsonl'}", "early_stopping_patience=1",
+                   "early_stopping_decay_steps=2", "optim.lr_scheduler=warmup_stable_decay", "optim.lr_warmup_ratio=0",
+                   "optim.learning_rate=1e-3", "optim.min_lr_ratio=0.1", "optim.lr_decay_style=linear"))
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and [r["early_stopping/bad_evals"] for r in rows] == [0, 1, 0, 1]
+    state = load_state(out / "checkpoints" / "step_000002")  # written after the evaluation that began the decay
+    assert state["lr_decay"] == (2, 2, 1.0) and state["early_stopping"]["decay_end"] == 4
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(5.5e-4)
+    assert rows[2]["lr"] == pytest.approx(1e-4)  # "lr" is the next step's rate: step 4's, the floor
+    assert '"step": 3' in (out / "best" / "best.json").read_text()  # the decay found the best

@@ -118,6 +118,8 @@ def test_the_entries_declare_what_the_backends_need():
     assert (hf.own_actors, hf.feed_embeds, hf.weights) == (False, False, trainable_weights)
     # vLLM serves only the causal LLM: actors of its own, fed embeddings, sent the merged LLM weights
     assert (vllm.own_actors, vllm.feed_embeds, vllm.weights) == (True, True, llm_weights)
+    # the N-best of rollout.mode=beam: HF's beam search; vLLM's takes no prompt embeddings
+    assert (hf.beam_search, vllm.beam_search) == (True, False)
     assert not samples_in_engine_actors(load_config(RLConfig, None, []))
     assert samples_in_engine_actors(load_config(RLConfig, None, ["rollout.engine=vllm"]))
     assert samples_in_engine_actors(load_config(RLConfig, None, [

@@ -149,3 +149,23 @@ def test_grpo_on_a_pretrained_encoder_leaves_it_and_encodes_each_utterance_once(
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     assert "model.multi_modal_projector.linear.weight" in changed and any("language_model.layers" in n for n in changed)
     assert read_metrics(tmp_path / "run")[-1]["kl/loss"] >= 0  # the reference scored the same cached states
+
+
+def test_the_shared_prefix_step_equals_the_repeated_prompt_step(tiny_model, tiny_corpus, tmp_path):
+    """A GRPO step with a KL reference and old log-probs (two epochs, so two optimiser steps),
+    micro-batches that split groups: the same samples and rewards, and the same parameters (fp32)
+    as with the prompt repeated per sample. At the default actor rate (2e-4): Adam's first steps
+    move every weight by about the rate whatever its gradient's size, so a gradient that is 0 on one
+    path and float noise (1e-12) on the other moves a weight by up to lr x noise / eps; at the
+    e2e tests' 0.01 that is ~6e-6, at 2e-4 well under 1e-6."""
+    finals = [run_audio_rl(load_rl_config("grpo", None, _overrides(
+        tiny_model, tiny_corpus, tmp_path / f"shared_{shared}", "max_steps=1", "save_steps=0", "init_kl_coef=0.05",
+        "algo.max_epochs=2", "micro_train_batch_size=2", "actor_learning_rate=2e-4",
+        f"model.shared_prefix={str(shared).lower()}")))
+        for shared in (False, True)]
+    before, ref, got = _params(tiny_model), _params(finals[0]), _params(finals[1])
+    assert any(not torch.equal(before[n], ref[n]) for n in ref)
+    diffs = {n: float((got[n] - ref[n]).abs().max()) for n in ref}
+    assert max(diffs.values()) <= 1e-6, {n: d for n, d in diffs.items() if d > 1e-6}
+    rows = [read_metrics(tmp_path / f"shared_{s}") for s in (False, True)]
+    assert [r["reward/mean"] for r in rows[0]] == [r["reward/mean"] for r in rows[1]]

@@ -79,3 +79,19 @@ def test_a_rank_gets_its_share_of_the_rollout_and_deepspeeds_optimizer_bytes(tin
         assert one["optimizer state"] == 2 * dtype.itemsize * n_trainable  # torch AdamW, in the param dtype
         # 12 sequences over 2 ranks: 6 each
         assert two["rollout KV cache"] * 2 == one["rollout KV cache"]
+
+
+def test_a_shared_prompt_counts_each_prompt_once_and_its_gathered_keys_and_values(tiny_model):
+    policy = AudioPolicy.from_pretrained(tiny_model)
+    policy.freeze()
+    cfg = policy.model.config.get_text_config()
+    per_layer_token = 34 * cfg.hidden_size * cfg.num_hidden_layers * 4 / 2  # float32
+    # micro-batch 8 of groups of 4: 3 prompts (8 / 4 + 1 for a group split across micro-batches)
+    shared = _estimate(policy, micro_batch=8, group_size=4, shared_prefix=True)
+    repeated = _estimate(policy, micro_batch=8, group_size=4, shared_prefix=False)
+    assert repeated["activations"] == int(8 * (40 + 16) * per_layer_token)
+    assert shared["activations"] == int((3 * 40 + 8 * 16) * per_layer_token)
+    assert shared["shared prompt KV"] == 2 * 2 * 1 * 32 * 4 * 8 * 40 and repeated["shared prompt KV"] == 0
+    assert shared["rollout KV cache"] == repeated["rollout KV cache"]
+    # one sequence per prompt: nothing is shared
+    assert _estimate(policy, micro_batch=8, group_size=1, shared_prefix=True) == repeated

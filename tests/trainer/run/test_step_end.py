@@ -43,3 +43,62 @@ def test_a_resumed_run_counts_from_its_checkpoint_and_zero_means_only_at_the_end
 def test_max_minutes_stops_with_a_checkpoint():
     events, logger = _run("max_steps=100", "save_steps=0", "max_minutes=1e-9")
     assert events == [("save", 1), ("eval", 1)] and len(logger.rows) == 1
+
+
+# dev CER after each step; patience 2 with min_delta 0.05: improvements at 1, 2 and 4 (0.67 and 0.58
+# are within 0.05 of the best), then 5 and 6 are two evaluations without one: the run stops at 6
+# with step 4's 0.60 as the best, though 0.57 is lower (a change under min_delta is noise)
+DEV = {1: 0.90, 2: 0.70, 3: 0.67, 4: 0.60, 5: 0.58, 6: 0.57, 7: 0.50, 8: 0.40, 9: 0.45, 10: 0.44}
+
+
+def _run_es(*overrides, first=0, state=None, decay=0, dev=DEV):
+    from asr_rl.trainer.run.early_stopping import EarlyStopping
+
+    cfg = load_config(RunConfig, None, ["logging.progress_bar=false", "max_steps=10", "eval_steps=1", *overrides])
+    events, logger, states = [], _Logger(), {}
+    early = EarlyStopping(patience=2, min_delta=0.05, decay_steps=decay)
+    end = StepEnd(cfg, logger, first, "test", early_stopping=early,
+                  save_best=lambda info: events.append(("best", info["step"], info["value"])),
+                  decay_now=lambda n: events.append(("decay", n)))
+    end.load_state_dict(state)
+    step, stopped = first, end.done
+    while step < cfg.max_steps and not stopped:
+        step += 1
+        stopped = end(step, {"loss": 1.0}, 0.0,
+                      lambda s=step: (events.append(("save", s)), states.__setitem__(s, end.state_dict())),
+                      lambda s=step: events.append(("eval", s)) or {"eval/cer": dev[s]})
+    end.close()
+    return events, logger, states, end
+
+
+def test_early_stopping_stops_when_patience_runs_out_and_keeps_the_best():
+    events, logger, states, end = _run_es("save_steps=4")
+    # with early stopping the checkpoint follows the evaluation; the step it stops at is checkpointed too
+    assert events == [("eval", 1), ("best", 1, 0.90), ("eval", 2), ("best", 2, 0.70), ("eval", 3), ("eval", 4),
+                      ("best", 4, 0.60), ("save", 4), ("eval", 5), ("eval", 6), ("save", 6)]
+    assert [s for s, _ in logger.rows] == [1, 2, 3, 4, 5, 6]
+    assert [m["eval/best_cer"] for _, m in logger.rows] == [0.90, 0.70, 0.70, 0.60, 0.60, 0.60]
+    assert [m["early_stopping/bad_evals"] for _, m in logger.rows] == [0, 0, 1, 0, 1, 2]
+    assert states[4] == {"best": 0.60, "best_step": 4, "bad_evals": 0, "decay_end": None}
+    assert states[6]["bad_evals"] == 2 and end.done
+
+
+def test_resumed_mid_patience_early_stopping_stops_where_the_uninterrupted_run_does():
+    straight, _, states, _ = _run_es("save_steps=1")
+    resumed, logger, _, _ = _run_es("save_steps=1", first=5, state=states[5])  # after one bad evaluation
+    assert [s for s, _ in logger.rows] == [6] and resumed == [("eval", 6), ("save", 6)]
+    assert [e for e in straight if e[0] == "save"][-1] == ("save", 6)
+    # a run resumed from the checkpoint of its last step does nothing more
+    again, logger, _, end = _run_es("save_steps=1", first=6, state=states[6])
+    assert again == [] and logger.rows == [] and end.done
+
+
+def test_running_out_of_patience_begins_the_decay_and_the_run_ends_after_it():
+    events, logger, states, end = _run_es("save_steps=0", decay=3)
+    assert ("decay", 3) in events and events.index(("decay", 3)) == events.index(("eval", 6)) + 1
+    assert [s for s, _ in logger.rows] == list(range(1, 10))  # 6 + 3 steps of decay
+    assert ("best", 8, 0.40) in events  # evaluations go on during the decay and may still find the best
+    assert events[-1] == ("save", 9) and states[9]["decay_end"] == 9 and end.done
+    # the decay never runs past max_steps
+    events, logger, _, _ = _run_es("save_steps=0", decay=30)
+    assert ("decay", 4) in events and [s for s, _ in logger.rows][-1] == 10

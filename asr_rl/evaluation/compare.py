@@ -1,0 +1,139 @@
+"""`asr-rl eval --compare A B`: does B make fewer errors than A on each test set, and how sure is that.
+
+A and B are each either
+- an `asr-rl eval --output` folder (`report.json` and `<set>.hyps.jsonl`): its hypotheses are
+  reused and nothing is decoded, so that each model of a demo is evaluated once; or
+- a model folder (`config.json`): decoded here on the `--test-set`s, and when `--output` is given its
+  eval output goes to `OUTPUT/A` (or `OUTPUT/B`) to be reused next time.
+Without `--test-set` the sets are those both eval folders hold; with it, the named sets, whose
+manifests also give the speakers (for hypotheses files written before they carried `speaker`).
+
+Per set: the utterances both transcribed (by id; one that failed in either is left out and counted;
+different ids are an error), each side's CER/WER and error breakdown (`breakdown.py`), and the
+paired bootstrap of B's CER minus A's over utterances and over speakers (`significance.py`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from asr_rl.data.manifest import scan_manifest
+from asr_rl.evaluation.breakdown import error_breakdown
+from asr_rl.evaluation.metrics import UtteranceResult, score_set
+from asr_rl.evaluation.significance import paired_bootstrap, speaker_blocks
+from asr_rl.rewards.normalize import char_errors
+from asr_rl.utils import atomic_write_text
+
+_RESULT_FIELDS = {f.name for f in fields(UtteranceResult)}
+
+
+def is_eval_folder(path: Path) -> bool:
+    return (path / "report.json").is_file() and any(path.glob("*.hyps.jsonl"))
+
+
+def read_hyps(folder: Path, name: str) -> list[UtteranceResult]:
+    """The per-utterance results `asr-rl eval --output` wrote for set `name`."""
+    path = folder / f"{name}.hyps.jsonl"
+    if not path.is_file():
+        have = sorted(p.name.removesuffix(".hyps.jsonl") for p in folder.glob("*.hyps.jsonl"))
+        raise FileNotFoundError(f"{folder} holds no hypotheses for test set {name!r} ({path.name}); it has: "
+                                f"{', '.join(have) or 'none'}")
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return [UtteranceResult(**{**{k: v for k, v in r.items() if k in _RESULT_FIELDS},
+                               "keywords": tuple(r.get("keywords") or ())}) for r in rows]
+
+
+def load_sides(paths: dict[str, Path], test_sets: dict[str, str] | None, output: Path | None,
+               eval_kwargs: dict) -> dict[str, dict[str, list[UtteranceResult]]]:
+    """label ("A", "B") -> set name -> results, reading eval folders and decoding model folders."""
+    kinds = {}
+    for label, p in paths.items():
+        if is_eval_folder(p):
+            kinds[label] = "eval"
+        elif (p / "config.json").is_file():
+            kinds[label] = "model"
+        else:
+            raise FileNotFoundError(f"--compare {label}={p}: neither an eval output folder (report.json and "
+                                    "*.hyps.jsonl, from `asr-rl eval --output`) nor a model folder (config.json)")
+    if test_sets is None:
+        if "model" in kinds.values():
+            raise ValueError("--compare with a model folder needs --test-set NAME=PATH.jsonl to decode")
+        names = [{q.name.removesuffix(".hyps.jsonl") for q in p.glob("*.hyps.jsonl")} for p in paths.values()]
+        test_sets = dict.fromkeys(sorted(set.intersection(*names)))
+        if not test_sets:
+            raise ValueError(f"{' and '.join(map(str, paths.values()))} have no test set in common")
+    out = {}
+    for label, p in paths.items():
+        if kinds[label] == "eval":
+            out[label] = {name: read_hyps(p, name) for name in test_sets}
+        else:
+            from asr_rl.evaluation.evaluate import decode_sets
+
+            decoded = decode_sets(p, test_sets, output / label if output else None, **eval_kwargs)
+            out[label] = {name: results for name, (_, results) in decoded.items()}
+    return out
+
+
+def paired(a: list[UtteranceResult], b: list[UtteranceResult], name: str) -> tuple[list, list, int]:
+    """(A's results, B's results, left out): the utterances scored in both, in A's order."""
+    by_id = [{r.id: r for r in side} for side in (a, b)]
+    for side, label in zip((a, b), "AB"):
+        if len({r.id for r in side}) != len(side):
+            raise ValueError(f"test set {name}: {label}'s hypotheses repeat an utterance id; ids must be unique")
+    only_a, only_b = by_id[0].keys() - by_id[1].keys(), by_id[1].keys() - by_id[0].keys()
+    if only_a or only_b:
+        raise ValueError(f"test set {name}: A and B transcribed different utterances ({len(only_a)} only in A, "
+                         f"e.g. {sorted(only_a)[:3]}; {len(only_b)} only in B, e.g. {sorted(only_b)[:3]}); "
+                         "evaluate both on the same manifest")
+    keep = [r.id for r in a if r.error is None and by_id[1][r.id].error is None]
+    if not keep:
+        raise ValueError(f"test set {name}: no utterance was transcribed by both A and B")
+    return [by_id[0][i] for i in keep], [by_id[1][i] for i in keep], len(a) - len(keep)
+
+
+def compare_set(a: list[UtteranceResult], b: list[UtteranceResult], speakers: list[str | None],
+                n_resamples: int, seed: int) -> dict:
+    """Both sides' metrics and breakdown, and the bootstrap of B's CER minus A's (module docstring).
+    `a` and `b` are paired (same utterances, same order); `speakers` their speakers."""
+    errs = [[char_errors(r.reference, r.hypothesis) for r in side] for side in (a, b)]
+    units = [e[3] for e in errs[0]]
+    ea, eb = ([s + d + i for s, d, i, _ in side] for side in errs)
+    blocks = speaker_blocks(speakers)
+    out = {"utterances": len(a), "speakers": len({s for s in speakers if s is not None})}
+    for label, side in (("a", a), ("b", b)):
+        m = score_set(side)
+        out[label] = {"cer": m.cer, "wer": m.wer, "keyword_recall": m.keyword_recall,
+                      "breakdown": error_breakdown(side)}
+    out["utterance"] = paired_bootstrap(ea, eb, units, n_resamples, seed).to_dict()
+    out["speaker"] = None if blocks is None else paired_bootstrap(ea, eb, units, n_resamples, seed, blocks).to_dict()
+    return out
+
+
+def run_compare(a: str | Path, b: str | Path, test_sets: dict[str, str] | None = None,
+                output: str | Path | None = None, n_resamples: int = 1000, seed: int = 0,
+                eval_kwargs: dict | None = None) -> dict:
+    """The `compare` section (also written to OUTPUT/report.json and report.md, and printed)."""
+    from asr_rl.evaluation.compare_table import compare_markdown, format_compare
+
+    output = Path(output) if output is not None else None
+    sides = load_sides({"A": Path(a), "B": Path(b)}, test_sets, output, eval_kwargs or {})
+    report = {"a": str(a), "b": str(b), "resamples": n_resamples, "seed": seed, "test_sets": {}}
+    for name in sides["A"]:
+        ra, rb, left_out = paired(sides["A"][name], sides["B"][name], name)
+        speakers = _speakers(ra, rb, (test_sets or {}).get(name))
+        report["test_sets"][name] = {**compare_set(ra, rb, speakers, n_resamples, seed), "left_out": left_out}
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(output / "report.json", json.dumps({"compare": report}, indent=2, ensure_ascii=False))
+        atomic_write_text(output / "report.md", compare_markdown(report))
+    print(format_compare(report))
+    return report
+
+
+def _speakers(a: list[UtteranceResult], b: list[UtteranceResult], manifest: str | None) -> list[str | None]:
+    """Each utterance's speaker: from the manifest when given, else from either hypotheses file."""
+    if manifest is not None:
+        by_id = {u.id: u.speaker for u in scan_manifest(manifest, check_audio=False).utterances}
+        return [by_id.get(r.id) for r in a]
+    return [ra.speaker if ra.speaker is not None else rb.speaker for ra, rb in zip(a, b)]

@@ -1,0 +1,82 @@
+"""Tables of an `eval --compare` section (`compare.py`): as text for the console, as Markdown for
+`report.md` and `asr-rl report`. Rates are shown in percent; a CER difference in percentage points.
+"""
+from __future__ import annotations
+
+SIGNIFICANCE_HEAD = ["test set", "utts", "CER A %", "CER B %", "B-A pts [95% CI]", "rel % [95% CI]", "P(B<A)",
+                     "speakers", "by speaker [95% CI]", "P(B<A) spk"]
+ERRORS_HEAD = ["test set", "model", "S/D/I of ref units", "kw err % names", "kw err % digits", "loops"]
+
+
+def significance_rows(report: dict) -> list[list[str]]:
+    """One row per set: CERs, the utterance bootstrap, and the speaker bootstrap when there is one."""
+    rows = []
+    for name, s in report["test_sets"].items():
+        u, spk = s["utterance"], s.get("speaker")
+        rel = (f"{_signed(100 * u['relative'], 1)} [{_signed(100 * u['relative_ci'][0], 1)}, "
+               f"{_signed(100 * u['relative_ci'][1], 1)}]" if u.get("relative_ci") else "-")
+        rows.append([name, str(s["utterances"]) + (f" ({s['left_out']} left out)" if s.get("left_out") else ""),
+                     f"{100 * u['cer_a']:.2f}", f"{100 * u['cer_b']:.2f}", _delta(u), rel,
+                     f"{u['p_improvement']:.3f}", str(s.get("speakers") or "-"),
+                     _ci(spk["delta_ci"]) if spk else "-", f"{spk['p_improvement']:.3f}" if spk else "-"])
+    return rows
+
+
+def error_rows(report: dict) -> list[list[str]]:
+    """Per set and side: edits by unit, keyword error rate by kind, repetition loops."""
+    rows = []
+    for name, s in report["test_sets"].items():
+        for label in ("a", "b"):
+            bd = s[label]["breakdown"]
+            edits = "; ".join(f"{unit} {e['substitutions']}/{e['deletions']}/{e['insertions']} of {e['reference']}"
+                              for unit, e in bd["edits"].items()) or "-"
+            kws = [bd["keywords"].get(kind) for kind in ("names", "digits")]
+            rows.append([name, label.upper(), edits,
+                         *(f"{100 * k['error_rate']:.2f} ({k['missed']}/{k['keywords']})" if k else "-" for k in kws),
+                         str(bd["loops"])])
+    return rows
+
+
+def format_compare(report: dict) -> str:
+    """Both tables as aligned text, headed by what A and B are and how the bootstrap was drawn."""
+    head = (f"A: {report['a']}\nB: {report['b']}\npaired bootstrap of CER(B) - CER(A): {report['resamples']} "
+            f"resamples, seed {report['seed']}; P(B<A) = share of resamples where B's CER is lower")
+    return "\n\n".join([head, _text_table(SIGNIFICANCE_HEAD, significance_rows(report)),
+                        _text_table(ERRORS_HEAD, error_rows(report))])
+
+
+def compare_markdown(report: dict, title: str | None = None) -> str:
+    lines = [f"# {title or 'Comparison'}", "", f"A = `{report['a']}`, B = `{report['b']}`; paired bootstrap "
+             f"over utterances (and over speakers where the manifest names them), {report['resamples']} "
+             f"resamples, seed {report['seed']}; CER difference in percentage points, 95% percentile "
+             "intervals; P(B<A) = share of resamples where B's CER is lower.", ""]
+    lines += md_table(SIGNIFICANCE_HEAD, significance_rows(report)) + [""]
+    lines += ["Errors: S/D/I in words (character-scored languages: characters); keyword error rate by kind "
+              "(missed/keywords); loops = hypotheses repeating an n-gram 3+ times in a row or running far "
+              "past the reference.", ""]
+    return "\n".join(lines + md_table(ERRORS_HEAD, error_rows(report))) + "\n"
+
+
+def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _text_table(head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
+
+    def fmt(row: list[str]) -> str:  # the first column (the set's name) to the left, numbers to the right
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    return "\n".join([fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in rows])
+
+
+def _delta(u: dict) -> str:
+    return f"{_signed(100 * u['delta'])} {_ci(u['delta_ci'])}"
+
+
+def _ci(ci) -> str:
+    return f"[{_signed(100 * ci[0])}, {_signed(100 * ci[1])}]"
+
+
+def _signed(x: float, digits: int = 2) -> str:
+    return f"{x:+.{digits}f}"
