@@ -10,7 +10,7 @@
 #   stage 3: start `asr-rl reward serve` with the multi-term ASR reward on 127.0.0.1
 #   stage 4: GRPO from the SFT checkpoint on Ray + DeepSpeed (2 ranks), scored by that server
 #                                                                           (recipes/run_grpo_from_sft.sh)
-#   stage 5: asr-rl eval of the SFT and GRPO checkpoints on every test set
+#   stage 5: asr-rl eval of the SFT and GRPO checkpoints on every test set, and --compare (intervals)
 #   stage 6: asr-rl report: comparison table and plots
 #
 # Resumable: a finished stage leaves a marker in $EXP/.done and is skipped on the next run; an
@@ -114,10 +114,14 @@ evaluate() {
   for s in $TEST_SETS; do sets+=(--test-set "$s=$CORPUS/$s.jsonl"); done
   OMP_NUM_THREADS=2 asr-rl eval --model "$EXP/sft/final" "${sets[@]}" --output "$EXP/eval/sft" --quiet
   OMP_NUM_THREADS=2 asr-rl eval --model "$EXP/grpo/final" "${sets[@]}" --output "$EXP/eval/grpo" --quiet
+  # GRPO against its SFT start, utterance by utterance: paired-bootstrap intervals of the CER change
+  # and the probability of improvement per set, and the error breakdown (nothing is decoded again)
+  asr-rl eval --compare "$EXP/eval/sft" "$EXP/eval/grpo" --output "$EXP/eval/compare"
 }
 
 report() {
-  asr-rl report --runs "$EXP/sft" "$EXP/grpo" "$EXP/eval/sft" "$EXP/eval/grpo" --output "$EXP/report"
+  asr-rl report --runs "$EXP/sft" "$EXP/grpo" "$EXP/eval/sft" "$EXP/eval/grpo" "$EXP/eval/compare" \
+    --output "$EXP/report"
   log "report: $EXP/report/report.md and report.html (plots beside them)"
 }
 

@@ -15,6 +15,8 @@ effects), and the peak RSS of each arm's process. Cases (8 utterances x 8 sample
     qwen3_tiny_real  Qwen3-ASR `tiny-real`: the released 151,936-token vocabulary
 The corpus is `asr-rl data synth` (espeak-ng), 64 train utterances. Run with nothing else on the
 machine: the ratio is measured side by side, the seconds are not comparable across machines.
+A last table profiles one scoring pass per case: the LLM body alone against the whole pass (the LM
+head and the softmax over the vocabulary are per response token, the same in both arms).
 """
 from __future__ import annotations
 
@@ -58,6 +60,52 @@ def phase_seconds(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+def profile_pass(model: Path, corpus: Path, n: int = 8, length: int = 28) -> dict[str, float]:
+    """Best-of-3 seconds of one micro-batch (2 prompts x n responses) forward + backward: the LLM
+    body alone, and the whole log-prob + entropy pass (LM head and softmax over the vocabulary),
+    per arm: where the time of a scoring pass goes."""
+    import time
+
+    import torch
+
+    from asr_rl.data.batching import load_batch
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.models.audio_policy import AudioPolicy
+    from asr_rl.models.policy_base import group_index
+
+    torch.set_num_threads(1)
+    policy = AudioPolicy.from_pretrained(model)
+    policy.freeze()
+    rows = policy.encode_batch(load_batch(read_manifest(corpus / "train.jsonl")[:2]))
+    vocab = policy.model.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    responses = policy.pad_responses([torch.randint(5, min(1000, vocab - 5), (length,), generator=g).tolist()
+                                      for _ in range(2 * n)])
+    index = group_index(2, n)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    def body() -> None:
+        policy.response_hidden(*policy.embed_rows(rows), responses, index).sum().backward()
+
+    def whole() -> None:
+        logp, entropy = policy.logprobs(*policy.embed_rows(rows), responses, index, with_entropy=True)
+        (logp.sum() + entropy.sum()).backward()
+
+    out = {}
+    for shared in (False, True):
+        policy.shared_prefix = shared
+        arm = "shared" if shared else "repeated"
+        out[f"body {arm}"], out[f"whole {arm}"] = best(body), best(whole)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=4)
@@ -85,6 +133,12 @@ def main() -> None:
             ratio = rep[name] / sh[name] if sh[name] > 0 else float("nan")
             print(f"{case:<16} {name:<10} {rep[name]:11.2f} {sh[name]:9.2f} {ratio:8.2f}x")
         print(f"{case:<16} {'peak GiB':<10} {rep['peak GiB']:11.2f} {sh['peak GiB']:9.2f}")
+    print("\nwhere a scoring pass goes (2 prompts x 8 responses, forward + backward, best of 3 s):")
+    print(f"{'case':<16} {'body repeated':>14} {'body shared':>12} {'whole repeated':>15} {'whole shared':>13}")
+    for case, *_ in table:
+        t = profile_pass(out / "models" / case, corpus)
+        print(f"{case:<16} {t['body repeated']:14.3f} {t['body shared']:12.3f} {t['whole repeated']:15.3f} "
+              f"{t['whole shared']:13.3f}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ def test_tiny_quickstart_runs_every_stage_and_resumes(tmp_path, arch):
     for test_set in ("test_clean", "test_noisy", "test_accent"):
         assert f"| {test_set} | grpo |" in report and f"| {test_set} | sft |" in report
     assert (exp / "grpo" / "final" / "config.json").is_file()
+    compare = json.loads((exp / "eval" / "compare" / "report.json").read_text())["compare"]
+    assert {"test_clean", "test_noisy", "test_accent", "dev"} <= set(json.dumps(compare).split('"'))
+    assert "P(B<A)" in report  # the paired-bootstrap intervals reach the report
     assert (exp / "encoder_cache.pt").is_file() == (arch == "qwen2_audio")  # SFT's frozen-encoder states
     info = json.loads((exp / "grpo" / "final" / "asr_rl.json").read_text())
     assert info["arch"] == arch and (info["encoder"] == "whisper-tiny.en") == (arch == "qwen2_audio")
