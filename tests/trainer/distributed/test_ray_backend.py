@@ -219,3 +219,22 @@ def test_two_rank_mwer_step_on_beam_groups_equals_the_local_step(local_ray, endi
     assert max(float((ranks[0][n] - v).abs().max()) for n, v in local.items()) <= ATOL
     (row,) = read_metrics(tmp_path / "local")
     assert row["actor/grad_norm"] > 0 and row["mwer/groups_without_signal"] < 1  # MWER had a gradient
+
+
+def test_two_rank_step_with_the_reference_in_the_group_equals_the_local_step(local_ray, tiny_model, tiny_corpus,
+                                                                             tmp_path):
+    """The reference joins each group on the Ray ranks too (their target encoding, their off-policy
+    mask travelling with the rank's share of the groups): the same update as the local step."""
+    from asr_rl.trainer.run.metrics import read_metrics
+
+    common = _overrides(tiny_model, tiny_corpus, tmp_path / "x", "max_steps=1", "save_steps=0",
+                        "rollout.dynamic_filtering=false", "rollout.reference_in_group=true",
+                        "n_samples_per_prompt=3", "micro_train_batch_size=4")
+    (local,) = _one_step(load_rl_config("grpo", None, common + [f"output_dir={tmp_path / 'local'}"]))
+    ranks = _one_step(load_rl_config("grpo", None, common + [
+        f"output_dir={tmp_path / 'ray'}", "backend=ray", "distributed.actor_num_gpus_per_node=2"]))
+    assert [n for n in local if not torch.equal(ranks[0][n], ranks[1][n])] == [], "ranks differ"
+    assert max(float((ranks[0][n] - v).abs().max()) for n, v in local.items()) <= ATOL
+    rows = [read_metrics(tmp_path / d)[0] for d in ("local", "ray")]
+    assert rows[0]["policy/off_policy_prob"] > 0
+    assert rows[0]["policy/off_policy_prob"] == pytest.approx(rows[1]["policy/off_policy_prob"], rel=1e-4)
