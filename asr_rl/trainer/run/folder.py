@@ -116,7 +116,11 @@ def _check_same_run(out: Path, cfg, command: str) -> None:
     before = json.loads(recorded.read_text())
     now = json.loads(json.dumps(defining_settings(cfg), default=str))
     diffs = [f"command: {before['command']} -> {command}"] if before["command"] != command else []
-    keys = sorted(set(before["settings"]) | set(now))
+    # a setting added to the toolkit since that run was recorded, left at its default, is what the
+    # run did (new settings default to the old behaviour): not a difference
+    defaults = json.loads(json.dumps(defining_settings(type(cfg)()), default=str))
+    keys = sorted(k for k in set(before["settings"]) | set(now)
+                  if k in before["settings"] or now.get(k) != defaults.get(k))
     diffs += [f"{k}: {before['settings'].get(k)!r} -> {now.get(k)!r}" for k in keys
               if before["settings"].get(k) != now.get(k)]
     if diffs:

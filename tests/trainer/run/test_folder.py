@@ -160,3 +160,21 @@ def test_an_overwrite_with_a_bad_manifest_deletes_nothing(tiny_model, tmp_path, 
                  "resume=none", "overwrite_output_dir=true"])
     assert code == 2 and f"{bad}:1" in capsys.readouterr().err
     assert list_checkpoints(run) and (run / "final").is_dir() and (run / "metrics.jsonl").read_text()
+
+
+def test_a_setting_added_since_the_run_was_recorded_resumes_at_its_default(tmp_path):
+    """run.json of a run recorded before `model.shared_prefix` existed: resuming with the new key at
+    its default is the same run; setting it otherwise is a different one."""
+    import json
+
+    from asr_rl.trainer.run.folder import RUN_FILE
+
+    _with_checkpoint(_cfg(RLConfig, tmp_path))
+    recorded = tmp_path / "run" / RUN_FILE
+    run = json.loads(recorded.read_text())
+    del run["settings"]["model.shared_prefix"]
+    recorded.write_text(json.dumps(run))
+    with setup_run(_cfg(RLConfig, tmp_path)) as ctx:
+        assert ctx.resume_from == list_checkpoints(tmp_path / "run")[-1]
+    with pytest.raises(ConfigError, match=r"model\.shared_prefix: None -> False"):
+        setup_run(_cfg(RLConfig, tmp_path, "model.shared_prefix=false"))
