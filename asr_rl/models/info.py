@@ -30,9 +30,10 @@ def model_info(path: str | Path) -> dict:
             "presets": dict(RELEASED_CHECKPOINT) if released else "the dataclass defaults"}
     if spec is None:  # a text LM (the text RLHF path)
         from transformers import AutoModelForCausalLM
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-        if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        from asr_rl.models.families import model_kind
+
+        if model_kind(config.model_type) is None:
             raise ValueError(f"{Path(path) / 'config.json'}: model type {config.model_type!r} is neither an audio-LLM "
                              f"({', '.join(sorted(SPECS))}) nor a causal LM")
         model = _on_meta(lambda: AutoModelForCausalLM.from_config(config), path)

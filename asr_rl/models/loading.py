@@ -11,7 +11,7 @@ from asr_rl.config import ConfigError
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import encoder_is_pretrained
 from asr_rl.models.critic import ValueModel
-from asr_rl.models.families import FAMILIES, is_audio_llm
+from asr_rl.models.families import FAMILIES, model_kind
 from asr_rl.models.lora import add_lora
 from asr_rl.models.text_policy import load_text_policy
 from asr_rl.models.weights import read_model_config
@@ -26,11 +26,10 @@ def require_audio_llm(path: str | Path | None, key: str = "pretrain", hint: str 
     if not path or not (Path(path) / "config.json").is_file():
         return
     model_type = read_model_config(path).model_type
-    if is_audio_llm(model_type):
+    kind = model_kind(model_type)
+    if kind == "audio-LLM":
         return
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    kind = "a text LM" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else "a model"
+    kind = "a text LM" if kind == "causal LM" else "a model"
     raise ConfigError(f"`{key}={path}`: this folder is {kind} ({model_type}), not an audio-LLM; audio training needs "
                       f"one of {', '.join(FAMILIES)} (e.g. `asr-rl model init --arch qwen2_audio`){hint}")
 

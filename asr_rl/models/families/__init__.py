@@ -30,4 +30,15 @@ def is_audio_llm(model_type: str) -> bool:
     return model_type in SPECS
 
 
-__all__ = ["AudioLLMSpec", "AudioPrompts", "AudioTooLong", "FAMILIES", "SPECS", "spec_for", "is_audio_llm"]
+def model_kind(model_type: str) -> str | None:
+    """What a folder of `model_type` is to the toolkit: "audio-LLM" (a family here), "causal LM"
+    (the text RLHF path), or None (neither)."""
+    if is_audio_llm(model_type):
+        return "audio-LLM"
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return "causal LM" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else None
+
+
+__all__ = ["AudioLLMSpec", "AudioPrompts", "AudioTooLong", "FAMILIES", "SPECS", "spec_for", "is_audio_llm",
+           "model_kind"]
