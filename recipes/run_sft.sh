@@ -26,6 +26,7 @@ SIZE=${SIZE:-small}
 ARCH=${ARCH:-qwen2_audio}
 ENCODER=${ENCODER:-default}  # qwen2_audio: whisper-tiny.en (packaged) or a Hugging Face Whisper folder
 INIT_MODEL=${INIT_MODEL:-$EXP/init}
+TOKENIZER_FROM=${TOKENIZER_FROM:-$CORPUS/train.jsonl}  # manifests (space-separated) whose texts make the vocabulary
 if [ "$ARCH" = qwen3_asr ]; then CONFIG=${CONFIG:-recipes/configs/sft_scratch.yaml}; else CONFIG=${CONFIG:-recipes/configs/sft_demo.yaml}; fi
 MAX_MINUTES=${MAX_MINUTES:-15}
 TEST_SETS=${TEST_SETS:-test_clean test_noisy}
@@ -43,7 +44,7 @@ if [ $stage -le 1 ] && [ $stop_stage -ge 1 ]; then
     log "Stage 1: starting model $INIT_MODEL exists"
   else
     log "Stage 1: model init ($ARCH, $SIZE, encoder $ENCODER) -> $INIT_MODEL"
-    asr-rl model init --arch "$ARCH" --size "$SIZE" --encoder "$ENCODER" --tokenizer-from "$CORPUS/train.jsonl" \
+    asr-rl model init --arch "$ARCH" --size "$SIZE" --encoder "$ENCODER" --tokenizer-from $TOKENIZER_FROM \
       --out "$INIT_MODEL"
   fi
 fi

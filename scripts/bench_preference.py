@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from bench_common import evaluate, pct, rel_cer, run
+from bench_common import FIXED_TIME_SFT, evaluate, pct, rel_cer, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ("dev", "test_clean", "test_noisy", "test_accent")
@@ -51,7 +51,8 @@ def main() -> None:
             f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={out / 'grpo'}", "max_steps=100")  # the demo's warmup
     models["grpo"] = out / "grpo/final"
     if not (out / "sft_continued/final").is_dir():
-        run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), *common, "optim.learning_rate=5e-4",
+        run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), *common, *FIXED_TIME_SFT,
+            "optim.learning_rate=5e-4",
             f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={out / 'sft_continued'}",
             f"max_steps={int(minutes * 60 / 0.2)}")  # ~0.2 s a step here: the cosine spans the minutes
     models["sft_continued"] = out / "sft_continued/final"

@@ -15,7 +15,7 @@ import argparse
 import re
 from pathlib import Path
 
-from bench_common import ensure_corpus, evaluate, metrics_at, run
+from bench_common import FIXED_TIME_SFT, ensure_corpus, evaluate, metrics_at, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ("dev", "test_clean", "test_noisy", "test_accent")
@@ -42,6 +42,7 @@ def main() -> None:
         run("train", "sft", "--config", str(ROOT / "recipes/configs" / config), f"pretrain={init}",
             f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={sft}", f"max_minutes={args.minutes}",
             f"save_steps={args.ckpt_every}", "max_ckpt_num=100", "eval_steps=0", "logging.progress_bar=false",
+            *(FIXED_TIME_SFT if config == "sft_demo.yaml" else []),
             *args.overrides)
     rows = []
     for ckpt in sorted((sft / "checkpoints").glob("step_*")):

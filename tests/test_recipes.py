@@ -10,10 +10,12 @@ CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 
 
 def test_sft_demo_config_loads():
-    cfg = load_config(SFTConfig, CONFIGS / "sft_demo.yaml")  # the pretrained encoder decides: frozen, no CTC
+    # the pretrained encoder decides: frozen, no CTC (early stopping needs the dev set, given by run_sft.sh)
+    cfg = load_config(SFTConfig, CONFIGS / "sft_demo.yaml", ["eval_manifest=dev.jsonl"])
     assert cfg.ctc_weight is None and cfg.model.freeze_encoder is None and cfg.augment.variants >= 1
-    # early stopping and the WSD schedule are there to tune, and off: the demo runs its cosine to max_steps
-    assert cfg.early_stopping_patience == 0 and cfg.optim.lr_scheduler == "cosine_with_min_lr"
+    # the demo's SFT runs to its plateau: WSD, a decay when patience runs out, then a flat window at the floor
+    assert cfg.optim.lr_scheduler == "warmup_stable_decay" and cfg.early_stopping_decay_steps > 0
+    assert cfg.early_stopping_plateau_patience * cfg.eval_steps >= 1000 and cfg.eval.eval_max_samples >= 500
 
 
 def test_sft_scratch_config_loads():

@@ -3,13 +3,15 @@
 Inputs are run folders (`metrics.jsonl` from `asr-rl train ...`) and evaluation folders
 (`report.json` from `asr-rl eval`; from `asr-rl eval --compare`, its bootstrap intervals get a
 table of their own), in any order. Output: `report.md`, `report.html`,
-`training_curves.png` (reward mean and per-term rewards, KL, dev CER over steps) and `cer_by_set.png`.
+`training_curves.png` (reward mean and per-term rewards and KL over steps, dev CER over minutes) and `cer_by_set.png`.
 """
 from __future__ import annotations
 
 import html
 import json
 from pathlib import Path
+
+import yaml
 
 from asr_rl.evaluation.compare_table import SIGNIFICANCE_HEAD, md_table, significance_rows
 from asr_rl.utils import atomic_write_text
@@ -36,29 +38,54 @@ def load_inputs(paths: list[str | Path]) -> tuple[dict[str, list[dict]], dict[st
     return runs, evals, compares
 
 
-def plot_training(runs: dict[str, list[dict]], out: Path) -> Path | None:
+def start_minutes(run_dirs: dict[str, Path], runs: dict[str, list[dict]]) -> dict[str, float]:
+    """Where each run begins on a shared time axis: a run whose `pretrain` is another listed run's
+    `best/` begins at the minute that run reached its best on dev (`best/best.json`'s step), one from
+    its `final/` (or a checkpoint) where that run ended; any other run at 0. So an RL run from an
+    SFT's best is drawn beside the SFT's own continuation over the same minutes: the equal-time
+    comparison on dev. Runs are taken in the order given (a start before what branches off it)."""
+    by_dir = {d.resolve(): name for name, d in run_dirs.items()}
+    starts: dict[str, float] = {}
+    for name, d in run_dirs.items():
+        cfg = d / "config.yaml"
+        pretrain = yaml.safe_load(cfg.read_text()).get("pretrain") if cfg.is_file() else None
+        parent = by_dir.get(Path(pretrain).resolve().parent) if pretrain else None
+        if parent is None or parent == name:
+            starts[name] = 0.0
+            continue
+        best = run_dirs[parent] / "best" / "best.json"
+        rows = runs[parent]
+        step = (json.loads(best.read_text())["step"] if Path(pretrain).name == "best" and best.is_file()
+                else max(r["step"] for r in rows))
+        minute = max((r.get("time/elapsed_min", 0.0) for r in rows if r["step"] <= step), default=0.0)
+        starts[name] = starts.get(parent, 0.0) + minute
+    return starts
+
+
+def plot_training(runs: dict[str, list[dict]], out: Path, starts: dict[str, float] | None = None) -> Path | None:
+    """Reward terms and KL over steps; dev CER over minutes, each run from `starts` (start_minutes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    starts = starts or {}
     panels = [("reward", lambda k: k.startswith(_TERM_PREFIX) and k != "reward/std"),
               ("KL", lambda k: k in ("kl/loss", "kl/mean")),
               ("dev CER", lambda k: k == "eval/cer")]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
     drew = False
     for ax, (title, want) in zip(axes, panels):
-        offset = 0
+        by_time = title == "dev CER"
         for name, rows in runs.items():
             for key in sorted({k for r in rows for k in r if want(k)}):
-                pts = [(offset + r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+                pts = [(starts.get(name, 0.0) + r.get("time/elapsed_min", 0.0) if by_time else r["step"], r[key])
+                       for r in rows if isinstance(r.get(key), (int, float))]
                 if pts:
                     ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, ms=3, label=f"{name}: {key}")
                     drew = True
-            if title == "dev CER":  # runs back to back (SFT, then GRPO from it): one line of progress
-                offset += max((r["step"] for r in rows), default=0)
         ax.set_title(title)
-        ax.set_xlabel("step (runs back to back)" if title == "dev CER" else "step")
+        ax.set_xlabel("minutes (a run from another's best/ or final/ starts there)" if by_time else "step")
         if ax.lines:
             ax.legend(fontsize=7)
     if not drew:
@@ -110,7 +137,8 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     runs, evals, compares = load_inputs(paths)
-    curves, bars = plot_training(runs, out), plot_cer_bars(evals, out)
+    run_dirs = {Path(p).name: Path(p) for p in paths if (Path(p) / "metrics.jsonl").is_file()}
+    curves, bars = plot_training(runs, out, start_minutes(run_dirs, runs)), plot_cer_bars(evals, out)
     head = ["test set", "checkpoint", "CER %", "WER %", "keyword recall %", "language acc %", "utts"]
     rows = comparison_rows(evals)
     md = ["# asr-rl report", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -119,7 +147,8 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
         last = rows_[-1] if rows_ else {}
         steps = max((r["step"] for r in rows_), default=0)  # a step-0 row holds the start's dev eval only
         md.append(f"\nRun `{name}`: {steps} steps; last: " + ", ".join(
-            f"{k} {last[k]:.4g}" for k in ("reward/mean", "eval/cer", "kl/loss", "loss/total") if k in last))
+            f"{k} {last[k]:.4g}" for k in ("reward/mean", "eval/cer", "kl/loss", "loss/total") if k in last)
+            + plateau_note(rows_))
     for name, section in compares.items():  # the paired bootstrap intervals (`eval --compare`)
         md += ["", f"## Comparison `{name}`", "", f"A = `{section['a']}`, B = `{section['b']}`; CER(B) - CER(A) "
                f"in points, 95% intervals over {section['resamples']} resamples; P(B<A) = share where B is lower", ""]
@@ -132,6 +161,20 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
     imgs = "".join(f'<p><img src="{p.name}"></p>' for p in (curves, bars) if p is not None)
     atomic_write_text(out / "report.html", f"<html><body><h1>asr-rl report</h1>{tables}{imgs}</body></html>\n")
     return out / "report.md"
+
+
+def plateau_note(rows: list[dict]) -> str:
+    """For a run with early stopping: where dev was best, and how long it stayed without an
+    improvement after that (the flat window: what more of the same training bought on dev)."""
+    evals = [r for r in rows if "eval/best_cer" in r]
+    if not evals:
+        return ""
+    best = evals[-1]["eval/best_cer"]
+    at = next(r for r in evals if r["eval/best_cer"] == best)
+    after = [r for r in evals if r["step"] > at["step"]]
+    flat = evals[-1].get("time/elapsed_min", 0.0) - at.get("time/elapsed_min", 0.0)
+    return (f"; best dev CER {100 * best:.2f}% at step {at['step']}, then {len(after)} evaluations "
+            f"({evals[-1]['step'] - at['step']} steps, {flat:.1f} minutes) without an improvement")
 
 
 def _html_table(head: list[str], rows: list[list[str]]) -> str:

@@ -41,3 +41,27 @@ def test_report_rejects_a_folder_that_is_neither(tmp_path):
     (tmp_path / "x").mkdir()
     with pytest.raises(FileNotFoundError, match="neither metrics.jsonl"):
         write_report([tmp_path / "x"], tmp_path / "out")
+
+
+def test_an_rl_run_from_the_sfts_best_is_drawn_from_that_minute_and_the_plateau_is_named(tmp_path):
+    import yaml
+
+    from asr_rl.evaluation.report import start_minutes
+
+    # SFT: best dev at step 20 (minute 2.0), then two evaluations without an improvement until minute 5.0
+    sft = _run(tmp_path / "sft", [{"step": 10, "eval/cer": 0.3, "eval/best_cer": 0.3, "time/elapsed_min": 1.0},
+                                  {"step": 20, "eval/cer": 0.2, "eval/best_cer": 0.2, "time/elapsed_min": 2.0},
+                                  {"step": 30, "eval/cer": 0.21, "eval/best_cer": 0.2, "time/elapsed_min": 3.5},
+                                  {"step": 40, "eval/cer": 0.2, "eval/best_cer": 0.2, "time/elapsed_min": 5.0}])
+    (sft / "best").mkdir()
+    (sft / "best" / "best.json").write_text(json.dumps({"metric": "eval/cer", "step": 20, "value": 0.2}))
+    grpo = _run(tmp_path / "grpo", [{"step": 1, "eval/cer": 0.18, "time/elapsed_min": 0.5}])
+    (grpo / "config.yaml").write_text(yaml.safe_dump({"pretrain": str(sft / "best")}))
+    runs = {"sft": [json.loads(x) for x in (sft / "metrics.jsonl").read_text().splitlines()], "grpo": []}
+    assert start_minutes({"sft": sft, "grpo": grpo}, runs) == {"sft": 0.0, "grpo": 2.0}
+    (grpo / "config.yaml").write_text(yaml.safe_dump({"pretrain": str(sft / "final")}))
+    assert start_minutes({"sft": sft, "grpo": grpo}, runs)["grpo"] == 5.0
+    write_report([sft, grpo], tmp_path / "r")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert ("best dev CER 20.00% at step 20, then 2 evaluations (20 steps, 3.0 minutes) without an improvement"
+            in md)

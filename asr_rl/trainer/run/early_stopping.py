@@ -12,6 +12,12 @@ off anywhere matches a cosine planned for that length). The decay starts from th
 and optimiser state, not from the best ones: at a constant rate dev is noisy, and the decay is what
 settles it. Evaluations go on during the decay (the best weights are kept as ever); patience does
 not stop it. With 0 the run stops when patience runs out.
+
+After the decay the run ends, unless `early_stopping_plateau_patience` > 0: then it trains on at the
+floor rate and ends once that many evaluations in a row (counted from the last improvement, which
+may fall in the decay) bring no improvement. That is the plateau, and its last window is the
+equal-time control for whatever follows the SFT: dev flat over `plateau_patience * eval_steps` more
+steps of cross-entropy says what more SFT would have given an RL stage of that length.
 """
 from __future__ import annotations
 
@@ -36,12 +42,15 @@ class EarlyStoppingConfig:
         early_stopping_decay_steps: when patience runs out, anneal the rate to `optim.min_lr_ratio`
             over this many more steps (within `max_steps`), then end; 0 = end at once. Pairs with
             `optim.lr_scheduler=warmup_stable_decay`, whose stable phase early stopping watches.
+        early_stopping_plateau_patience: after the decay, train on at the floor rate until this many
+            evaluations in a row bring no improvement (the plateau), then end; 0 = end with the decay.
     """
 
     early_stopping_patience: int = setting(0, ge=0, note="0 = off")
     early_stopping_min_delta: float = setting(0.0, ge=0)
     early_stopping_metric: Literal["eval/cer", "eval/wer"] = "eval/cer"
     early_stopping_decay_steps: int = setting(0, ge=0, note="0 = stop when patience runs out")
+    early_stopping_plateau_patience: int = setting(0, ge=0, note="0 = end when the decay ends")
 
     def check_early_stopping(self, eval_manifest: str | None, eval_steps: int) -> None:
         """Settings that need others (called by the owning config's `__post_init__`)."""
@@ -51,6 +60,9 @@ class EarlyStoppingConfig:
         if self.early_stopping_decay_steps and not self.early_stopping_patience:
             raise ValueError(f"early_stopping_decay_steps={self.early_stopping_decay_steps} starts when patience "
                              "runs out: set early_stopping_patience > 0")
+        if self.early_stopping_plateau_patience and not self.early_stopping_decay_steps:
+            raise ValueError(f"early_stopping_plateau_patience={self.early_stopping_plateau_patience} counts "
+                             "evaluations after the decay: set early_stopping_decay_steps > 0")
 
 
 @dataclass(frozen=True)
@@ -69,17 +81,19 @@ class EarlyStopping:
     resumed run stops where an uninterrupted one would.
 
     Attributes:
-        patience, min_delta, metric, decay_steps: the settings (EarlyStoppingConfig).
+        patience, min_delta, metric, decay_steps, plateau_patience: the settings (EarlyStoppingConfig).
         greater_is_better: a metric to maximise (an accuracy); the SFT metrics are error rates.
         best, best_step: the best value and the step it was reached at.
         bad_evals: evaluations since the last improvement.
-        decay_end: the step a decay begun by running out of patience ends the run at.
+        decay_end: the step a decay begun by running out of patience ends at (and the run with it,
+            unless `plateau_patience` > 0).
     """
 
     patience: int
     min_delta: float = 0.0
     metric: str = "eval/cer"
     decay_steps: int = 0
+    plateau_patience: int = 0
     greater_is_better: bool = False
     best: float | None = None
     best_step: int | None = None
@@ -92,7 +106,7 @@ class EarlyStopping:
         if not cfg.early_stopping_patience:
             return None
         return cls(cfg.early_stopping_patience, cfg.early_stopping_min_delta, cfg.early_stopping_metric,
-                   cfg.early_stopping_decay_steps)
+                   cfg.early_stopping_decay_steps, cfg.early_stopping_plateau_patience)
 
     @property
     def best_key(self) -> str:
@@ -115,9 +129,10 @@ class EarlyStopping:
         return Verdict(improved, decay, self.done(step))
 
     def done(self, step: int) -> bool:
-        """Whether the run ends at `step`: patience ran out (with no decay to run), or the decay ended."""
+        """Whether the run ends at `step`: patience ran out (with no decay to run), or the decay ended
+        (and, with `plateau_patience`, that many evaluations since the best brought no improvement)."""
         if self.decay_end is not None:
-            return step >= self.decay_end
+            return step >= self.decay_end and self.bad_evals >= self.plateau_patience
         return self.bad_evals >= self.patience and self.decay_steps == 0
 
     def state_dict(self) -> dict:

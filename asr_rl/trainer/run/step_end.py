@@ -64,13 +64,14 @@ class StepEnd:
         metrics["time/step"] = now - step_start
         metrics["time/elapsed_min"] = (now - self.start) / 60
         out_of_time = 0 < self.cfg.max_minutes <= metrics["time/elapsed_min"]
-        decay_end = self.early.decay_end if self.early is not None else None
-        last = step >= (decay_end if decay_end is not None else self.cfg.max_steps) or out_of_time
-        save_due = last or due(self.cfg.save_steps, step)
+        # the step an early-stopping decay ends at is evaluated and checkpointed (the run may end there)
+        decay_over = self.early is not None and step == self.early.decay_end
+        last = step >= self.cfg.max_steps or out_of_time
+        save_due = last or decay_over or due(self.cfg.save_steps, step)
         if save_due and self.early is None:
             save()  # before the evaluation: a failing evaluation cannot lose the step's update
         stop = False
-        if evaluate is not None and (last or due(self.cfg.eval_steps, step)):
+        if evaluate is not None and (last or decay_over or due(self.cfg.eval_steps, step)):
             metrics.update(evaluate())
             stop = self.early is not None and self._judge(step, metrics)
         if self.early is not None and (save_due or stop):
@@ -93,9 +94,11 @@ class StepEnd:
         if verdict.improved and self.save_best is not None:
             self.save_best(info={"step": step, "metric": es.metric, "value": es.best})
         if verdict.decay_steps:
+            then = (f"then at the floor until {es.plateau_patience} evaluations bring no improvement"
+                    if es.plateau_patience else "then ending")
             log.info("%s: no improvement in %d evaluations at step %d (best %.4g at step %d): decaying the rate "
-                     "over %d steps, then ending", es.metric, es.bad_evals, step, es.best, es.best_step,
-                     verdict.decay_steps)
+                     "over %d steps, %s", es.metric, es.bad_evals, step, es.best, es.best_step, verdict.decay_steps,
+                     then)
             if self.decay_now is not None:
                 self.decay_now(verdict.decay_steps)
         metrics[es.best_key] = es.best

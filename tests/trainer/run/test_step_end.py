@@ -51,12 +51,12 @@ def test_max_minutes_stops_with_a_checkpoint():
 DEV = {1: 0.90, 2: 0.70, 3: 0.67, 4: 0.60, 5: 0.58, 6: 0.57, 7: 0.50, 8: 0.40, 9: 0.45, 10: 0.44}
 
 
-def _run_es(*overrides, first=0, state=None, decay=0, dev=DEV):
+def _run_es(*overrides, first=0, state=None, decay=0, dev=DEV, plateau=0):
     from asr_rl.trainer.run.early_stopping import EarlyStopping
 
     cfg = load_config(RunConfig, None, ["logging.progress_bar=false", "max_steps=10", "eval_steps=1", *overrides])
     events, logger, states = [], _Logger(), {}
-    early = EarlyStopping(patience=2, min_delta=0.05, decay_steps=decay)
+    early = EarlyStopping(patience=2, min_delta=0.05, decay_steps=decay, plateau_patience=plateau)
     end = StepEnd(cfg, logger, first, "test", early_stopping=early,
                   save_best=lambda info: events.append(("best", info["step"], info["value"])),
                   decay_now=lambda n: events.append(("decay", n)))
@@ -102,3 +102,22 @@ def test_running_out_of_patience_begins_the_decay_and_the_run_ends_after_it():
     # the decay never runs past max_steps
     events, logger, _, _ = _run_es("save_steps=0", decay=30)
     assert ("decay", 4) in events and [s for s, _ in logger.rows][-1] == 10
+
+
+def test_with_plateau_patience_the_run_goes_on_at_the_floor_until_dev_stops_improving():
+    # as above, the decay begun at step 6 ends at 9 (0.45: one evaluation without an improvement on 8's
+    # 0.40); with plateau patience 2 the run goes on: 10 improves (0.30), 11 and 12 are within min_delta
+    # of it, so the run ends at 12 of 14, although 13 would have improved
+    dev = {**DEV, 10: 0.30, 11: 0.28, 12: 0.27, 13: 0.10, 14: 0.10}
+    events, logger, states, end = _run_es("save_steps=0", "max_steps=14", decay=3, dev=dev, plateau=2)
+    assert [s for s, _ in logger.rows] == list(range(1, 13)) and end.done
+    assert ("save", 9) in events and ("best", 10, 0.30) in events and events[-1] == ("save", 12)
+    assert [m["early_stopping/bad_evals"] for _, m in logger.rows][8:] == [1, 0, 1, 2]
+    assert states[9] == {"best": 0.40, "best_step": 8, "bad_evals": 1, "decay_end": 9}
+    # resumed from the decay's end, it ends where the uninterrupted run did
+    again, logger, _, end = _run_es("save_steps=0", "max_steps=14", first=9, state=states[9], decay=3, dev=dev,
+                                    plateau=2)
+    assert [s for s, _ in logger.rows] == [10, 11, 12] and end.done
+    # without plateau patience the same run ends with the decay
+    _, logger, _, _ = _run_es("save_steps=0", "max_steps=14", decay=3, dev=dev)
+    assert [s for s, _ in logger.rows][-1] == 9
