@@ -61,8 +61,13 @@ def _data_synth(args: argparse.Namespace) -> int:
     from asr_rl.data.synth import synthesize_corpus
 
     langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    try:
+        sizes = tuple(int(x) for x in args.context_sizes.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--context-sizes {args.context_sizes!r} must be integers separated by commas, "
+                         "e.g. 0,10,100") from None
     summary = synthesize_corpus(args.out, langs=langs, n_train=args.train, n_test=args.test, seed=args.seed,
-                                workers=args.workers, progress=not args.quiet)
+                                workers=args.workers, progress=not args.quiet, context_sizes=sizes)
     for split, info in summary.items():
         print(f"{split:<12} {info['utterances']:>6} utterances  {info['hours']:.3f} h  {info['manifest']}")
     return 0
@@ -132,6 +137,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from asr_rl.data.manifest import read_context_file
     from asr_rl.evaluation.evaluate import run_eval
 
     if (args.model is None) == (args.compare is None):
@@ -142,19 +148,27 @@ def _eval(args: argparse.Namespace) -> int:
         if not sep or not name or not path:
             raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
         sets[name] = path
+    contexts = {}
+    for item in args.context_file or []:
+        name, sep, path = item.partition("=")
+        if not sep or name not in sets:
+            raise ValueError(f"--context-file {item!r} must be NAME=PATH with NAME one of the --test-set names "
+                             f"({', '.join(sets) or 'none given'})")
+        contexts[name] = read_context_file(path)
     if args.compare:
         from asr_rl.evaluation.compare import run_compare
 
         run_compare(*args.compare, test_sets=sets or None, output=args.output, n_resamples=args.resamples,
                     seed=args.seed, eval_kwargs=dict(batch_size=args.batch_size, num_beams=args.num_beams,
                                                      device=args.device, max_new_tokens=args.max_new_tokens,
-                                                     progress=not args.quiet, dtype=args.dtype))
+                                                     progress=not args.quiet, dtype=args.dtype,
+                                                     contexts=contexts))
         return 0
     if not sets:
         raise ValueError("asr-rl eval --model needs at least one --test-set NAME=PATH.jsonl")
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
                       device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
-                      dtype=args.dtype)
+                      dtype=args.dtype, contexts=contexts)
     failed = [name for name, m in report.items() if m.failed and not m.utterances]
     if failed:  # a table of "-" is not a result: the caller's script must see it
         print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
@@ -206,6 +220,9 @@ def _add_data_commands(sub) -> None:
     synth.add_argument("--test", type=int, default=200)
     synth.add_argument("--seed", type=int, default=1)
     synth.add_argument("--workers", type=int, default=None)
+    synth.add_argument("--context-sizes", default="", help="e.g. 0,10,100: context lists (contextual biasing) on "
+                                                          "training lines at these sizes, and a copy of each test "
+                                                          "set per size > 0 (<set>_ctx<N>.jsonl)")
     synth.add_argument("--quiet", action="store_true")
     synth.set_defaults(func=_data_synth)
 
@@ -276,6 +293,8 @@ def _add_run_commands(sub) -> None:
                          "folder (its hypotheses reused)")
     ev.add_argument("--test-set", action="append", help="NAME=PATH.jsonl (repeatable; with --compare of two "
                                                         "eval folders, optional: default the sets both hold)")
+    ev.add_argument("--context-file", action="append", help="NAME=PATH: a context list (one word or phrase a "
+                                                            "line) for test set NAME's lines that carry none")
     ev.add_argument("--resamples", type=_at_least(1, "bootstrap resamples"), default=1000,
                     help="--compare: bootstrap resamples")
     ev.add_argument("--seed", type=int, default=0, help="--compare: bootstrap seed")

@@ -11,6 +11,7 @@ waveform of a batch is loaded (and augmented) lazily, only for what the cache la
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
@@ -74,10 +75,16 @@ class AudioBatch:
 
     @property
     def cache_keys(self) -> list[tuple[str, str]]:
-        """`(audio path, variant tag)` per utterance: what a frozen encoder's states depend on; the
-        clean audio is `clean` whoever augments, variant v of an augmenter `<its tag>/v`."""
-        return [(str(u.audio), f"{self.augment_tag}/{v}" if v else "clean")
+        """`(audio path, variant tag)` per utterance: what a frozen encoder's states (and the prompt
+        ids cached with them) depend on; the clean audio is `clean` whoever augments, variant v of an
+        augmenter `<its tag>/v`; a context list adds its digest (`clean#<sha1>`), so the same audio
+        with another list has a prompt of its own."""
+        return [(str(u.audio), (f"{self.augment_tag}/{v}" if v else "clean") + context_digest(u.context))
                 for u, v in zip(self.utterances, self.variants)]
+
+    @property
+    def contexts(self) -> list[tuple[str, ...]]:
+        return [u.context for u in self.utterances]
 
     @property
     def items(self) -> list[Utterance]:
@@ -94,6 +101,11 @@ class AudioBatch:
     @property
     def durations(self) -> list[float]:
         return [len(w) / self.sample_rate for w in self.waveforms]
+
+
+def context_digest(context: tuple[str, ...]) -> str:
+    """"" for no context; else `#` and 12 hex digits of the list's SHA-1 (order matters: it is the prompt's)."""
+    return "#" + hashlib.sha1("\x1f".join(context).encode()).hexdigest()[:12] if context else ""
 
 
 def load_batch(utterances: list[Utterance], sample_rate: int = 16000) -> AudioBatch:

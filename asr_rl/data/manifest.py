@@ -2,7 +2,8 @@
 
     {"id", "audio": path relative to the manifest or absolute, "text": reference,
      "language": "en"|"zh"|..., "keywords": [...] (optional), "duration": seconds (optional),
-     "speaker": voice or speaker id (optional), ...any other fields are kept as metadata}
+     "speaker": voice or speaker id (optional), "context": [words or phrases] (optional: the
+     hotword list the model is given with this utterance), ...any other fields are kept as metadata}
 
 `scan_manifest` checks every line and collects all problems (never stopping at the first), so that
 `asr-rl data check` can list every bad line at once; `read_manifest` is the strict form the trainers
@@ -19,7 +20,7 @@ from pathlib import Path
 from asr_rl.data.audio import AudioError, audio_info
 from asr_rl.data.languages import LANGUAGE_NAMES
 
-_KNOWN_FIELDS = ("id", "audio", "text", "language", "keywords", "duration", "speaker")
+_KNOWN_FIELDS = ("id", "audio", "text", "language", "keywords", "duration", "speaker", "context")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Utterance:
     keywords: tuple[str, ...] = ()
     duration: float | None = None
     speaker: str | None = None
+    context: tuple[str, ...] = ()  # words or phrases the prompt names (contextual biasing); () = none
     meta: dict = field(default_factory=dict, compare=False, hash=False)
     source: str = ""  # "manifest.jsonl:12", for error messages downstream
 
@@ -146,6 +148,7 @@ def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_durati
     keywords = row.get("keywords") or []
     if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
         raise _LineError("`keywords` must be a list of strings")
+    context = check_context(row.get("context", []))
     audio_path = Path(audio) if os.path.isabs(audio) else (path.parent / audio)
     duration, notes = _check_duration(row, audio_path, check_audio, min_duration, max_duration)
     utt_id = str(row.get("id") or Path(audio).stem)
@@ -153,8 +156,35 @@ def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_durati
     speaker = row.get("speaker")
     return Utterance(id=utt_id, audio=str(audio_path.resolve()), text=text, language=language,
                      keywords=tuple(keywords), duration=duration,
-                     speaker=str(speaker) if speaker is not None else None, meta=meta,
+                     speaker=str(speaker) if speaker is not None else None, context=context, meta=meta,
                      source=f"{path}:{lineno}"), notes
+
+
+def check_context(context) -> tuple[str, ...]:
+    """A line's `context` as a tuple; anything but a list of non-empty strings is refused (never
+    dropped: a silently shortened list would bias toward other words than the user gave)."""
+    if context is None:
+        return ()
+    if not isinstance(context, list):
+        raise _LineError(f"`context` must be a list of strings (words or phrases), got {type(context).__name__}")
+    for i, item in enumerate(context):
+        if not isinstance(item, str):
+            raise _LineError(f"`context` item {i} must be a string, got {type(item).__name__} {item!r}")
+        if not item.strip():
+            raise _LineError(f"`context` item {i} is an empty string")
+    return tuple(item.strip() for item in context)
+
+
+def read_context_file(path: str | os.PathLike) -> tuple[str, ...]:
+    """A context list from a text file, one word or phrase a line (blank lines separate nothing and
+    are skipped); an empty list is refused, naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"context file {path} does not exist")
+    items = tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    if not items:
+        raise ValueError(f"context file {path} holds no words or phrases")
+    return items
 
 
 def _check_duration(row: dict, audio_path: Path, check_audio: bool, min_duration: float,

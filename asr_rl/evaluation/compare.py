@@ -19,6 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from asr_rl.data.manifest import scan_manifest
+from asr_rl.evaluation.biasing import bias_counts
 from asr_rl.evaluation.breakdown import error_breakdown
 from asr_rl.evaluation.metrics import UtteranceResult, score_set
 from asr_rl.evaluation.significance import paired_bootstrap, speaker_blocks
@@ -41,7 +42,8 @@ def read_hyps(folder: Path, name: str) -> list[UtteranceResult]:
                                 f"{', '.join(have) or 'none'}")
     rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     return [UtteranceResult(**{**{k: v for k, v in r.items() if k in _RESULT_FIELDS},
-                               "keywords": tuple(r.get("keywords") or ())}) for r in rows]
+                               "keywords": tuple(r.get("keywords") or ()), "context": tuple(r.get("context") or ())})
+            for r in rows]
 
 
 def load_sides(paths: dict[str, Path], test_sets: dict[str, str] | None, output: Path | None,
@@ -107,6 +109,25 @@ def compare_set(a: list[UtteranceResult], b: list[UtteranceResult], speakers: li
                       "breakdown": error_breakdown(side)}
     out["utterance"] = paired_bootstrap(ea, eb, units, n_resamples, seed).to_dict()
     out["speaker"] = None if blocks is None else paired_bootstrap(ea, eb, units, n_resamples, seed, blocks).to_dict()
+    if any(r.context for r in a):
+        out["biasing"] = compare_biasing(a, b, n_resamples, seed)
+    return out
+
+
+def compare_biasing(a: list[UtteranceResult], b: list[UtteranceResult], n_resamples: int, seed: int) -> dict:
+    """With context lists: the paired bootstrap of B-WER and of U-WER (B minus A, over utterances),
+    and each side's false biasing. Both sides must have had the same lists (their references'
+    biased units are then the same)."""
+    if any(tuple(ra.context) != tuple(rb.context) for ra, rb in zip(a, b)):
+        raise ValueError("A and B were evaluated with different context lists on the same utterances: compare "
+                         "evaluations made with the same manifest and --context-file")
+    counts = [[bias_counts(r.reference, r.hypothesis, r.context, r.language) for r in side] for side in (a, b)]
+    out = {"false_biasing": {label: sum(c.false_biasing for c in side) for label, side in zip("ab", counts)}}
+    for name, errors, units in (("b_wer", "biased_errors", "biased_ref"), ("u_wer", "unbiased_errors", "unbiased_ref")):
+        ref = [getattr(c, units) for c in counts[0]]
+        if sum(ref):
+            ea, eb = ([getattr(c, errors) for c in side] for side in counts)
+            out[name] = paired_bootstrap(ea, eb, ref, n_resamples, seed).to_dict()
     return out
 
 

@@ -37,12 +37,34 @@ def error_rows(report: dict) -> list[list[str]]:
     return rows
 
 
+BIASING_HEAD = ["test set", "B-WER A %", "B-WER B %", "B-A pts [95% CI]", "P(B<A)", "U-WER A %", "U-WER B %",
+                "B-A pts [95% CI]", "P(B<A)", "false biasing A / B"]
+
+
+def biasing_rows(report: dict) -> list[list[str]]:
+    """Sets evaluated with context lists: the bootstraps of B-WER and U-WER, and false biasing."""
+    rows = []
+    for name, s in report["test_sets"].items():
+        bias = s.get("biasing")
+        if not bias:
+            continue
+        cells = []
+        for key in ("b_wer", "u_wer"):
+            u = bias.get(key)
+            cells += ([f"{100 * u['cer_a']:.2f}", f"{100 * u['cer_b']:.2f}", _delta(u), f"{u['p_improvement']:.3f}"]
+                      if u else ["-"] * 4)
+        rows.append([name, *cells, f"{bias['false_biasing']['a']} / {bias['false_biasing']['b']}"])
+    return rows
+
+
 def format_compare(report: dict) -> str:
     """Both tables as aligned text, headed by what A and B are and how the bootstrap was drawn."""
     head = (f"A: {report['a']}\nB: {report['b']}\npaired bootstrap of CER(B) - CER(A): {report['resamples']} "
             f"resamples, seed {report['seed']}; P(B<A) = share of resamples where B's CER is lower")
-    return "\n\n".join([head, _text_table(SIGNIFICANCE_HEAD, significance_rows(report)),
-                        _text_table(ERRORS_HEAD, error_rows(report))])
+    tables = [head, _text_table(SIGNIFICANCE_HEAD, significance_rows(report)), _text_table(ERRORS_HEAD, error_rows(report))]
+    if biasing_rows(report):
+        tables.append(_text_table(BIASING_HEAD, biasing_rows(report)))
+    return "\n\n".join(tables)
 
 
 def compare_markdown(report: dict, title: str | None = None) -> str:
@@ -54,7 +76,12 @@ def compare_markdown(report: dict, title: str | None = None) -> str:
     lines += ["Errors: S/D/I in words (character-scored languages: characters); keyword error rate by kind "
               "(missed/keywords); loops = hypotheses repeating an n-gram 3+ times in a row or running far "
               "past the reference.", ""]
-    return "\n".join(lines + md_table(ERRORS_HEAD, error_rows(report))) + "\n"
+    lines += md_table(ERRORS_HEAD, error_rows(report))
+    if biasing_rows(report):
+        lines += ["", "With context lists: B-WER / U-WER = errors on reference units in / not in the list (Le et al. "
+                  "2021), paired bootstrap of B minus A; false biasing = listed items output more often than said.",
+                  "", *md_table(BIASING_HEAD, biasing_rows(report))]
+    return "\n".join(lines) + "\n"
 
 
 def md_table(head: list[str], rows: list[list[str]]) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -51,7 +51,8 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
             loaded.append((i, u, wav))
         except (AudioError, AudioTooLong) as e:
             log.warning("%s: %s (skipped, counted as failed)", u.source or u.id, e)
-            results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e), speaker=u.speaker)
+            results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e), speaker=u.speaker,
+                                         context=u.context)
     loaded.sort(key=lambda x: len(x[2]))
     policy.eval()
     bar = tqdm(total=len(loaded), desc="decode", disable=not progress, leave=False)
@@ -68,7 +69,8 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
             lang, transcript, _ = policy.parse(text, u.language)
             results[i] = UtteranceResult(u.id, u.text, transcript, u.language, u.keywords,
                                          predicted_language=None if policy.force_language else lang,
-                                         duration=len(wav) / policy.sample_rate, speaker=u.speaker)
+                                         duration=len(wav) / policy.sample_rate, speaker=u.speaker,
+                                         context=u.context)
         bar.update(len(chunk))
     bar.close()
     return [results[i] for i in range(len(utterances))]
@@ -76,11 +78,13 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
 
 def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_beams: int = 1,
                       max_new_tokens: int = 96, max_utterances: int | None = None,
-                      progress: bool = False) -> tuple[SetMetrics, list[UtteranceResult]]:
+                      progress: bool = False, context: tuple[str, ...] = ()) -> tuple[SetMetrics, list[UtteranceResult]]:
+    """Decode and score one test set; `context` is the list for lines that carry none of their own."""
     scan = scan_manifest(manifest, check_audio=False)
     for p in scan.problems:
         log.warning("%s:%d: %s (skipped, counted as failed)", manifest, p.line, p.message)
     utts = scan.utterances[:max_utterances] if max_utterances else scan.utterances
+    utts = [replace(u, context=context) if context and not u.context else u for u in utts]
     if not utts and not scan.problems:
         raise ValueError(f"test set {manifest} is empty: it holds no utterances")
     start = time.perf_counter()
@@ -92,19 +96,22 @@ def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_be
 
 def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
              batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
-             force_language: bool | None = None, progress: bool = True, dtype: str = "auto") -> dict[str, SetMetrics]:
+             force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
+             contexts: dict[str, tuple[str, ...]] | None = None) -> dict[str, SetMetrics]:
     """Evaluate `model` on each named test set; write reports under `output` when given. `dtype`:
-    float32, bfloat16, or auto (the dtype the checkpoint was saved in)."""
+    float32, bfloat16, or auto (the dtype the checkpoint was saved in); `contexts`: a set's context
+    list for its lines that carry none."""
     report = {name: m for name, (m, _) in decode_sets(model, test_sets, output, batch_size, num_beams, device,
-                                                      max_new_tokens, force_language, progress, dtype).items()}
+                                                      max_new_tokens, force_language, progress, dtype,
+                                                      contexts).items()}
     print(format_table(report))
     return report
 
 
 def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
                 batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
-                force_language: bool | None = None, progress: bool = True,
-                dtype: str = "auto") -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
+                force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
+                contexts: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
     """`run_eval` without the table: metrics and per-utterance results of each set."""
     from asr_rl.models.audio_policy import AudioPolicy
 
@@ -116,7 +123,8 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
         policy.force_language = force_language
     out: dict[str, tuple[SetMetrics, list[UtteranceResult]]] = {}
     for name, path in test_sets.items():
-        out[name] = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress)
+        out[name] = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress,
+                                      context=(contexts or {}).get(name, ()))
         if output is not None:
             write_jsonl(Path(output) / f"{name}.hyps.jsonl", (asdict(r) for r in out[name][1]))
     if output is not None:
@@ -143,7 +151,17 @@ def format_table(report: dict[str, SetMetrics]) -> str:
         rows.append(f"{name:<14}{m.utterances:>6}{m.failed:>7}{m.hours:>8.3f}{_pct(m.cer):>8}{_pct(m.wer):>8}"
                     f"{f'{m.substitutions}/{m.deletions}/{m.insertions}':>16}{_pct(m.keyword_recall):>9}"
                     f"{_pct(m.language_accuracy):>10}{(f'{m.rtf:.3f}' if m.rtf is not None else '-'):>7}")
-    return "\n".join(rows)
+    return "\n".join(rows + biasing_lines(report))
+
+
+def biasing_lines(report: dict[str, SetMetrics]) -> list[str]:
+    """The sets evaluated with context lists: B-WER, U-WER (Le et al. 2021) and false biasing."""
+    sets = {name: m for name, m in report.items() if m.biased_units or m.b_wer is not None or m.u_wer is not None}
+    if not sets:
+        return []
+    head = f"{'with context':<14}{'B-WER%':>8}{'U-WER%':>8}{'biased units':>14}{'false biasing':>15}"
+    return ["", head, "-" * len(head)] + [f"{name:<14}{_pct(m.b_wer):>8}{_pct(m.u_wer):>8}{m.biased_units:>14}"
+                                          f"{m.false_biasing:>15}" for name, m in sets.items()]
 
 
 def _pct(x: float | None) -> str:
@@ -160,4 +178,5 @@ def write_reports(report: dict[str, SetMetrics], output: Path, model: str) -> No
         lines.append(f"| {name} | {m.utterances} | {m.failed} | {m.hours:.3f} | {_pct(m.cer)} | {_pct(m.wer)} | "
                      f"{m.substitutions}/{m.deletions}/{m.insertions} | {_pct(m.keyword_recall)} | "
                      f"{_pct(m.language_accuracy)} | {f'{m.rtf:.3f}' if m.rtf is not None else '-'} |")
+    lines += ["", "```", *biasing_lines(report)[1:], "```"] if biasing_lines(report) else []
     atomic_write_text(output / "report.md", "\n".join(lines) + "\n")

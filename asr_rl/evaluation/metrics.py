@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
+from asr_rl.evaluation.biasing import BiasCounts, bias_counts
 from asr_rl.rewards.normalize import char_errors, keyword_hits, word_errors
 
 
@@ -24,6 +25,7 @@ class UtteranceResult:
     duration: float = 0.0
     error: str | None = None  # why the utterance could not be decoded (audio failed to load, ...)
     speaker: str | None = None  # the manifest's optional `speaker` (blocks of `eval --compare`)
+    context: tuple[str, ...] = ()  # the context list the prompt named (contextual biasing)
 
 
 @dataclass
@@ -43,6 +45,12 @@ class SetMetrics:
     language_accuracy: float | None = None
     rtf: float | None = None
     per_language: dict = field(default_factory=dict)
+    # with context lists (evaluation/biasing.py): error rates on listed and unlisted reference
+    # units (Le et al. 2021), listed units, and listed items output more often than said
+    b_wer: float | None = None
+    u_wer: float | None = None
+    biased_units: int = 0
+    false_biasing: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,6 +71,9 @@ def score_set(results: list[UtteranceResult], decode_seconds: float | None = Non
     predicted = [r for r in ok if r.predicted_language is not None]
     if predicted:
         m.language_accuracy = sum(language_code(r.predicted_language) == r.language for r in predicted) / len(ok)
+    if any(r.context for r in ok):
+        total = sum((bias_counts(r.reference, r.hypothesis, r.context, r.language) for r in ok), BiasCounts())
+        m.b_wer, m.u_wer, m.biased_units, m.false_biasing = total.b_wer, total.u_wer, total.biased_ref, total.false_biasing
     if decode_seconds is not None and m.hours > 0:
         m.rtf = decode_seconds / (m.hours * 3600)
     for lang in sorted({r.language for r in ok}):

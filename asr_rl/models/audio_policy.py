@@ -110,12 +110,13 @@ class AudioPolicy(CausalPolicy):
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, waveforms: list[np.ndarray], languages: list[str | None],
-                ids: list[str] | None = None) -> AudioPrompts:
-        """Processor features and prompt ids for B waveforms (float32 mono at `sample_rate`); audio
-        longer than the family's encoder window is refused (`AudioTooLong`), naming the utterance
-        by its id in `ids` (else its index)."""
+                ids: list[str] | None = None, contexts: list[tuple[str, ...]] | None = None) -> AudioPrompts:
+        """Processor features and prompt ids for B waveforms (float32 mono at `sample_rate`), each
+        with its context list (`contexts`, default none); audio longer than the family's encoder
+        window is refused (`AudioTooLong`), naming the utterance by its id in `ids` (else its index)."""
         self.check_durations(waveforms, ids or [str(i) for i in range(len(waveforms))])
-        prompts = self.spec.prepare(self.processor, waveforms, languages, self.force_language, self.sample_rate)
+        prompts = self.spec.prepare(self.processor, waveforms, languages, self.force_language, self.sample_rate,
+                                    contexts or [()] * len(waveforms))
         return prompts.to(self.device, self.model.dtype)
 
     def check_durations(self, waveforms: list[np.ndarray], ids: list[str]) -> None:
@@ -156,9 +157,9 @@ class AudioPolicy(CausalPolicy):
 
     @torch.no_grad()
     def encode_prompts(self, waveforms: list[np.ndarray], languages: list[str | None],
-                       ids: list[str] | None = None) -> list[PromptRow]:
+                       ids: list[str] | None = None, contexts: list[tuple[str, ...]] | None = None) -> list[PromptRow]:
         """Run processor and (frozen) encoder once; keep each prompt's ids and audio states."""
-        prompts = self.prepare(waveforms, languages, ids)
+        prompts = self.prepare(waveforms, languages, ids, contexts)
         states = self.encode_audio(prompts)
         counts = self.audio_positions(prompts.input_ids).sum(-1).tolist()
         per_row = torch.split(states, counts, dim=0)
@@ -168,15 +169,15 @@ class AudioPolicy(CausalPolicy):
         """Prompt rows for an `AudioBatch` (the loop's backend-independent entry point). While the
         encoder is frozen, rows come from `encoder_cache` and only missing ones are encoded (their
         waveforms are loaded and augmented only then)."""
-        ids = [u.id for u in batch.utterances]
+        ids, contexts = [u.id for u in batch.utterances], batch.contexts
         if not self.encoder_frozen:
-            return self.encode_prompts(list(batch.waveforms), batch.languages, ids)
+            return self.encode_prompts(list(batch.waveforms), batch.languages, ids, contexts)
         keys = [(*k, self.force_language) for k in batch.cache_keys]
         missing = [i for i, k in enumerate(keys) if k not in self.encoder_cache]
         if missing:
             start = time.perf_counter()
             rows = self.encode_prompts([batch.waveforms[i] for i in missing], [batch.languages[i] for i in missing],
-                                       [ids[i] for i in missing])
+                                       [ids[i] for i in missing], [contexts[i] for i in missing])
             self.encoder_cache.update({keys[i]: row for i, row in zip(missing, rows)})
             self.encoder_seconds += time.perf_counter() - start
         return [self.encoder_cache[k] for k in keys]

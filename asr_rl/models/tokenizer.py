@@ -94,8 +94,10 @@ def _lines(path: str | Path) -> list[str]:
 def _row_texts(row: dict) -> list[str]:
     texts = [row[k] for k in TEXT_FIELDS if isinstance(row.get(k), str)]
     messages = row.get("messages")
-    return texts + [str(m.get("content", "")) for m in (messages if isinstance(messages, list) else [])
-                    if isinstance(m, dict)]
+    texts += [str(m.get("content", "")) for m in (messages if isinstance(messages, list) else []) if isinstance(m, dict)]
+    # a manifest's context words are prompt text: the vocabulary must write them too
+    context = row.get("context")
+    return texts + ([c for c in context if isinstance(c, str)] if texts and isinstance(context, list) else [])
 
 
 def build_char_tokenizer(texts: Iterable[str], spec: TokenizerSpec | None = None):

@@ -28,6 +28,7 @@ class Sample:
         well_formed: the response had the model's expected structure (e.g. an `<asr_text>` section).
         duration: audio seconds, when known.
         group_id: index of the prompt this sample belongs to (samples of one group share it).
+        context: the context list the prompt named (contextual biasing: the user's hotwords).
         metadata: any other manifest/prompt-set fields.
     """
 
@@ -41,6 +42,7 @@ class Sample:
     well_formed: bool = True
     duration: float | None = None
     group_id: int = 0
+    context: tuple[str, ...] = ()
     metadata: dict = field(default_factory=dict, compare=False, hash=False)
 
 

@@ -5,13 +5,13 @@
 * TRL-style functions `(completions, **kwargs) -> list[float | None]`: a module-level list
   `reward_funcs` (with optional `reward_weights`), or a single function whose first parameter is
   named `completions`. Dataset columns arrive as keyword lists (`text`, `language`, `keywords`,
-  `duration`, `id`, `speaker`, and any other manifest field), plus `prompts` and `references`.
+  `context`, `duration`, `id`, `speaker`, and any other manifest field), plus `prompts` and `references`.
   `None` means "does not apply to this sample": the sample's reward is the weighted sum of the
   functions that do apply, and a sample that no function applies to is an error (never a 0).
 
 What OpenRLHF's `reward_func` receives for ASR: `queries` are the raw responses (with the language
 tag and `<asr_text>`), `prompts` the utterance ids (audio) or prompt texts (text path), `labels`
-the references; kwargs add `hypotheses`, `languages`, `keywords`, `durations`, `group_ids`.
+the references; kwargs add `hypotheses`, `languages`, `keywords`, `durations`, `group_ids`, `contexts`.
 """
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ def _columns(samples: list[Sample]) -> dict[str, list]:
     cols: dict[str, list] = {"prompts": [s.prompt for s in samples], "references": [s.reference for s in samples],
                              "text": [s.reference for s in samples], "language": [s.language for s in samples],
                              "keywords": [list(s.keywords) for s in samples],
+                             "context": [list(s.context) for s in samples],
                              "duration": [s.duration for s in samples]}
     extra = sorted({k for s in samples for k in s.metadata} - set(cols))
     for k in extra:
@@ -81,7 +82,7 @@ class OpenRLHFFileReward:
                 self.fn, [s.response for s in samples], [s.prompt for s in samples], [s.reference for s in samples],
                 hypotheses=[s.hypothesis for s in samples], languages=[s.language for s in samples],
                 keywords=[list(s.keywords) for s in samples], durations=[s.duration for s in samples],
-                group_ids=[s.group_id for s in samples])
+                group_ids=[s.group_id for s in samples], contexts=[list(s.context) for s in samples])
         except Exception as e:
             raise RewardError(f"reward {self.name!r} raised {type(e).__name__} on samples 0-{len(samples) - 1}: {e}") from e
         rewards, scores, logs = raw, None, {}

@@ -12,7 +12,7 @@ Choices (DESIGN: "where it is silent, choose what an OpenRLHF user would expect"
 - extension: our client also sends `"samples": [{Sample fields}]` (keywords as a list). When present,
   the `Sample`s are built from it exactly and the OpenRLHF lists are only checked for length. Without
   it, samples are rebuilt from the OpenRLHF fields (see `sample_from_query`), plus optional per-sample
-  `language` and `keywords` lists.
+  `language`, `keywords` and `context` (a context list per sample, for the `biasing` term) lists.
 - one reward call at a time per server (a lock), because user rewards need not be thread-safe (a model
   on one GPU, a counter); scale out with several servers, which `RemoteReward` splits a batch across.
   Bodies are decoded and validated in worker threads, outside that lock and off the event loop.
@@ -45,7 +45,7 @@ _ASSISTANT_TURN = "<|im_start|>assistant\n"
 # Decoded OpenRLHF queries may keep the chat template's end tokens (`<|im_end|>`, `<|endoftext|>`);
 # they are not part of the transcript and would count as insertions in CER.
 _TRAILING_SPECIAL = re.compile(r"(?:\s*<\|[^|<>\s]*\|>)+\s*$")
-_LIST_FIELDS = ("query", "prompts", "labels", "language", "keywords", "samples")
+_LIST_FIELDS = ("query", "prompts", "labels", "language", "keywords", "context", "samples")
 
 
 class BadRequest(Exception):
@@ -89,6 +89,7 @@ _SAMPLE_CHECKS = {
     "duration": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
                  "a number or null"),
     "group_id": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "context": (lambda v: v is None or _is_str_list(v), "a list of strings"),
     "metadata": (lambda v: v is None or isinstance(v, dict), "an object"),
 }
 assert set(_SAMPLE_CHECKS) == {f.name for f in fields(Sample)}, "keep _SAMPLE_CHECKS in step with Sample"
@@ -110,11 +111,12 @@ def sample_from_dict(d, i: int) -> Sample:
             raise BadRequest(422, f"samples[{i}].{key} must be {what}, got {value!r}")
     kw = dict(d)
     kw["keywords"] = tuple(kw.get("keywords") or ())
+    kw["context"] = tuple(kw.get("context") or ())
     kw["metadata"] = kw.get("metadata") or {}
     return Sample(**kw)
 
 
-def sample_from_query(query: str, prompt: str, label: str, language=None, keywords=None) -> Sample:
+def sample_from_query(query: str, prompt: str, label: str, language=None, keywords=None, context=None) -> Sample:
     """One OpenRLHF triple -> a Sample.
 
     hypothesis: the response (the query minus the prompt when it starts with it, or minus everything
@@ -135,7 +137,7 @@ def sample_from_query(query: str, prompt: str, label: str, language=None, keywor
             predicted, hypothesis = tag, transcript
             break
     return Sample(hypothesis=hypothesis.strip(), reference=label, language=language, keywords=tuple(keywords or ()),
-                  prompt=prompt, response=query, predicted_language=predicted)
+                  prompt=prompt, response=query, predicted_language=predicted, context=tuple(context or ()))
 
 
 def _check_items(name: str, values: list, allow_none: bool, ok, what: str) -> None:
@@ -166,10 +168,11 @@ def parse_request(body) -> list[Sample]:
     # OpenRLHF sends labels/prompts as None when the prompt set has none: treat as empty text.
     for k in ("prompts", "labels", "language"):
         _check_items(k, lists.get(k, []), True, _is_str, "a string or null")
-    _check_items("keywords", lists.get("keywords", []), True, _is_str_list, "a list of strings or null")
-    cols = {k: lists.get(k, [None] * n) for k in ("prompts", "labels", "language", "keywords")}
+    for k in ("keywords", "context"):
+        _check_items(k, lists.get(k, []), True, _is_str_list, "a list of strings or null")
+    cols = {k: lists.get(k, [None] * n) for k in ("prompts", "labels", "language", "keywords", "context")}
     return [sample_from_query(q, cols["prompts"][i] or "", cols["labels"][i] or "", cols["language"][i],
-                              cols["keywords"][i]) for i, q in enumerate(lists["query"])]
+                              cols["keywords"][i], cols["context"][i]) for i, q in enumerate(lists["query"])]
 
 
 # ----------------------------------------------------------------------------- scoring

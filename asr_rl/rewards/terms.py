@@ -102,6 +102,32 @@ def keyword_term(samples: list[Sample], insertion_penalty: float = 0.5) -> list[
     return out
 
 
+@register_term("biasing")
+def biasing_term(samples: list[Sample], false_penalty: float = 1.0) -> list[float]:
+    """Contextual biasing (the sample's context list, `Sample.context`): credit for listed items the
+    reference holds and the hypothesis says, a penalty for listed items the hypothesis holds that the
+    reference does not (a listed name forced in for another word). RLBR (arXiv:2601.13409) rewards
+    biasing words this way. With L the listed items in the reference, h of them in the hypothesis,
+    and f listed items in the hypothesis but not the reference:
+    r = h / |L| - false_penalty * f / max(|L|, 1); with no listed item in the reference r = 1 - the
+    penalty term (a sample without a list scores 1: the term is silent there).
+
+    >>> ctx = ("grace", "ben", "kitchen")
+    >>> biasing_term([Sample("call grace", "call grace", context=ctx), Sample("call ben", "call grace", context=ctx),
+    ...               Sample("call mom", "call mom", context=ctx), Sample("call mom", "call grace")])
+    [1.0, -1.0, 1.0, 1.0]
+    """
+    out = []
+    for s in samples:
+        ref = normalize_text(s.reference)
+        listed = [c for c in dict.fromkeys(s.context) if normalize_text(c)]
+        said = [c for c in listed if normalize_text(c) in ref]
+        false = keyword_hits(s.hypothesis, [c for c in listed if c not in said])
+        recall = keyword_hits(s.hypothesis, said) / len(said) if said else 1.0
+        out.append(recall - false_penalty * false / max(len(said), 1))
+    return out
+
+
 def _hotwords(s: Sample) -> list[str]:
     words = (s.metadata or {}).get("hotwords") or []
     if isinstance(words, str) or not all(isinstance(w, str) for w in words):

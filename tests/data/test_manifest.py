@@ -41,6 +41,12 @@ def _one_bad(tmp_path, row, **kw):
     ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "en", "keywords": "anna"}, "`keywords` must be a list"),
     ({"id": "x", "audio": "nope.wav", "text": "hi", "language": "en"}, "nope.wav does not exist"),
     ({"id": "ok", "audio": "ok.wav", "text": "hi", "language": "en"}, "duplicate id 'ok' (first on line 1)"),
+    ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "en", "context": "anna, ben"},
+     "`context` must be a list of strings (words or phrases), got str"),
+    ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "en", "context": ["anna", 7]},
+     "`context` item 1 must be a string, got int 7"),
+    ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "en", "context": ["anna", " "]},
+     "`context` item 1 is an empty string"),
 ])
 def test_each_bad_line_is_reported_with_its_line_number(tmp_path, row, message):
     scan = _one_bad(tmp_path, row)
@@ -95,3 +101,19 @@ def test_empty_manifest_and_missing_manifest(tmp_path):
         read_manifest(m)
     with pytest.raises(FileNotFoundError, match="nope.jsonl does not exist"):
         read_manifest(tmp_path / "nope.jsonl")
+
+
+def test_a_context_list_is_read_with_the_line_and_a_context_file_one_item_a_line(tmp_path):
+    from asr_rl.data.manifest import read_context_file
+
+    write_tone(tmp_path / "a.wav")
+    m = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "a", "audio": "a.wav", "text": "call grace", "language": "en", "context": ["grace", " living room"]},
+        {"id": "b", "audio": "a.wav", "text": "call ben", "language": "en"}])
+    a, b = read_manifest(m)
+    assert a.context == ("grace", "living room") and b.context == () and "context" not in a.meta
+    (tmp_path / "words.txt").write_text("grace\n\n  张伟 \nliving room\n", encoding="utf-8")
+    assert read_context_file(tmp_path / "words.txt") == ("grace", "张伟", "living room")
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    with pytest.raises(ValueError, match="blank.txt holds no words or phrases"):
+        read_context_file(tmp_path / "blank.txt")

@@ -128,3 +128,23 @@ def test_compare_a_model_folder_with_its_own_eval_folder(tiny_model, tiny_corpus
     assert json.loads((out / "A" / "report.json").read_text())["test_sets"]["clean"]["utterances"] == 2
     hyps = [json.loads(x) for x in (out / "A" / "clean.hyps.jsonl").read_text().splitlines()]
     assert all(h["speaker"] for h in hyps)  # the synthetic corpus names its voices
+
+
+def test_with_context_lists_compare_bootstraps_b_wer_and_u_wer_and_counts_false_biasing(tmp_path, capsys):
+    ctx = ["grace", "ben"]
+    rows_a = [dict(_hyp("u1", "call grace now", "call ben now"), context=ctx),   # B 1/1, U 0/2, false 1
+              dict(_hyp("u2", "ring grace", "ring grace"), context=ctx)]        # B 0/1, U 0/1
+    rows_b = [dict(_hyp("u1", "call grace now", "call grace"), context=ctx),     # B 0/1, U 1/2 (now deleted)
+              dict(_hyp("u2", "ring grace", "ring grace"), context=ctx)]
+    a, b = _eval_folder(tmp_path / "a", {"s": rows_a}), _eval_folder(tmp_path / "b", {"s": rows_b})
+    assert main(["eval", "--compare", str(a), str(b), "--output", str(tmp_path / "cmp")]) == 0
+    bias = json.loads((tmp_path / "cmp" / "report.json").read_text())["compare"]["test_sets"]["s"]["biasing"]
+    assert (bias["b_wer"]["cer_a"], bias["b_wer"]["cer_b"]) == pytest.approx((0.5, 0.0))
+    assert (bias["u_wer"]["cer_a"], bias["u_wer"]["cer_b"]) == pytest.approx((0.0, 1 / 3))
+    assert bias["false_biasing"] == {"a": 1, "b": 0}
+    assert "B-WER A %" in capsys.readouterr().out and "B-WER A %" in (tmp_path / "cmp" / "report.md").read_text()
+    # lists that differ between the sides are not a comparison of models
+    rows_b[1]["context"] = ["grace"]
+    c = _eval_folder(tmp_path / "c", {"s": rows_b})
+    assert main(["eval", "--compare", str(a), str(c)]) == 2
+    assert "different context lists" in capsys.readouterr().err

@@ -71,3 +71,28 @@ def test_cuda_asked_where_there_is_none():
     with pytest.raises(RuntimeError, match="no CUDA device is available"):
         resolve_device("cuda")
     assert resolve_device("auto") == "cpu"
+
+
+def test_a_context_file_reaches_the_prompt_of_lines_without_their_own_and_b_wer_is_reported(whisper_model, tiny_corpus,
+                                                                                             tmp_path, capsys):
+    rows = [json.loads(x) for x in (tiny_corpus / "test_clean.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["audio"] = str(tiny_corpus / r["audio"])
+    rows[0]["context"] = ["its own"]
+    manifest = write_manifest(tmp_path / "set.jsonl", rows)
+    (tmp_path / "words.txt").write_text("grace\nliving room\n")
+    out = tmp_path / "report"
+    assert main(["eval", "--model", str(whisper_model), "--test-set", f"clean={manifest}", "--context-file",
+                 f"clean={tmp_path / 'words.txt'}", "--output", str(out), "--max-new-tokens", "6", "--quiet"]) == 0
+    hyps = [json.loads(x) for x in (out / "clean.hyps.jsonl").read_text().splitlines()]
+    assert hyps[0]["context"] == ["its own"] and all(h["context"] == ["grace", "living room"] for h in hyps[1:])
+    saved = json.loads((out / "report.json").read_text())["test_sets"]["clean"]
+    assert "b_wer" in saved and saved["u_wer"] is not None and "B-WER%" in capsys.readouterr().out
+    # a context file for a set not given, or an empty one, is refused naming it
+    assert main(["eval", "--model", str(whisper_model), "--test-set", f"clean={manifest}", "--context-file",
+                 f"noisy={tmp_path / 'words.txt'}"]) == 2
+    assert "--context-file 'noisy=" in capsys.readouterr().err
+    (tmp_path / "none.txt").write_text("\n")
+    assert main(["eval", "--model", str(whisper_model), "--test-set", f"clean={manifest}", "--context-file",
+                 f"clean={tmp_path / 'none.txt'}"]) == 2
+    assert "none.txt holds no words or phrases" in capsys.readouterr().err

@@ -160,3 +160,16 @@ def test_reward_settings_that_do_not_apply_are_refused(override, message):
     cfg = load_config(RLConfig, None, ["reward.terms={cer: 1.0, keyword: 0.3}", "reward.remote_url=http://127.0.0.1:1",
                                        "reward.terms=null"])
     assert cfg.reward.terms is None
+
+
+def test_a_trl_function_reads_the_context_column_and_openrlhf_s_reward_func_gets_contexts(tmp_path):
+    samples = [Sample("call grace", "call grace", "en", context=("grace", "ben")), Sample("call mom", "call mom", "en")]
+    path = _file(tmp_path, "def listed(completions, context):\n"
+                           "    return [float(any(w in c for w in ctx)) if ctx else None\n"
+                           "            for c, ctx in zip(completions, context)]\n"
+                           "def plain(completions):\n    return [0.5] * len(completions)\n"
+                           "reward_funcs = [listed, plain]\n")
+    assert load_reward_file(path)(samples).rewards == [1.5, 0.5]
+    path = _file(tmp_path, "def reward_func(queries, prompts, labels, contexts):\n"
+                           "    return [float(len(c)) for c in contexts]\n")
+    assert load_reward_file(path)(samples).rewards == [2.0, 0.0]

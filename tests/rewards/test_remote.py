@@ -324,3 +324,24 @@ def test_openrlhf_queries_are_read_in_each_family_s_output_format():
     assert (qwen3_asr.hypothesis, qwen3_asr.predicted_language) == ("call anna", "English")
     plain = sample_from_query("call <anna>", "", "call anna")
     assert (plain.hypothesis, plain.predicted_language) == ("call <anna>", None)
+
+
+def test_the_biasing_term_scores_the_same_remotely_with_the_context_as_a_label_field():
+    ctx = ("grace", "ben")
+    samples = [Sample("call grace", "call grace", language="en", context=ctx, response="call grace"),
+               Sample("call ben", "call grace", language="en", context=ctx, response="call ben"),
+               Sample("call mom", "call mom", language="en", response="call mom")]
+    local = WeightedReward({"biasing": 1.0})(samples).rewards
+    assert local == [1.0, -1.0, 1.0]
+    rec = Recorder()
+    with running(create_app(WeightedReward({"biasing": 1.0}))) as url, running(create_app(rec)) as url2:
+        # our client: the samples extension carries the context
+        assert RemoteReward(url, **FAST)(samples).rewards == local
+        RemoteReward(url2, **FAST)(samples)
+        # an OpenRLHF-style body: `context` is a per-sample label field, like `keywords`
+        body = {"query": [s.response for s in samples], "labels": [s.reference for s in samples],
+                "context": [list(s.context) or None for s in samples]}
+        assert httpx.post(url + "/get_reward", json=body).json()["rewards"] == local
+        bad = httpx.post(url + "/get_reward", json={**body, "context": [["grace", 3], None, None]})
+    assert rec.batches[0][1].context == ctx
+    assert bad.status_code == 422 and "context[0] must be a list of strings or null" in bad.json()["error"]

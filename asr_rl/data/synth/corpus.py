@@ -26,6 +26,7 @@ import soundfile as sf
 from tqdm.auto import tqdm
 
 from asr_rl.data.synth import augment, tts
+from asr_rl.data.synth.contexts import add_contexts
 from asr_rl.data.synth.grammar_en import sample_english
 from asr_rl.data.synth.grammar_zh import sample_mandarin
 from asr_rl.data.synth.voices import sample_voice
@@ -76,11 +77,14 @@ class Job:
 
 def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = ("en", "zh"),
                       n_train: int = 200, n_test: int = 40, seed: int = 1,
-                      workers: int | None = None, progress: bool = True) -> dict[str, dict]:
+                      workers: int | None = None, progress: bool = True,
+                      context_sizes: Iterable[int] = ()) -> dict[str, dict]:
     """Synthesise (or reuse) the demo corpus in `out_dir`.
 
     Writes `wavs/<split>/<id>.wav` (16 kHz mono 16-bit), one `<split>.jsonl` manifest per split
     (train, dev, test_clean, test_noisy, and test_accent when English is included) and corpus.json.
+    With `context_sizes` (e.g. 0, 10, 100), training lines carry context lists of those sizes and
+    every other split gets a copy per size > 0 with lists of that size (synth/contexts.py).
 
     Returns:
         {split: {"utterances": int, "hours": float, "manifest": absolute path}}.
@@ -90,7 +94,7 @@ def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = (
         FileExistsError: `out_dir` holds something other than this exact corpus.
         RuntimeError: espeak-ng or flite is missing or fails.
     """
-    params = corpus_params(langs, n_train, n_test, seed)
+    params = corpus_params(langs, n_train, n_test, seed, context_sizes)
     workers = _check_workers(workers)
     out_dir = Path(out_dir).expanduser().absolute()
     existing = existing_summary(out_dir, params)
@@ -105,6 +109,8 @@ def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = (
     try:
         jobs = plan_jobs(params, root=str(tmp))
         rows = render_all(jobs, workers, progress)
+        if params.get("context_sizes"):
+            rows = add_contexts(rows, params["context_sizes"], params["seed"])
         splits = _write_outputs(tmp, params, rows)
         _move_into_place(tmp, out_dir)
     except BaseException:
@@ -114,14 +120,19 @@ def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = (
     return _absolute_summary(out_dir, splits)
 
 
-def corpus_params(langs: Iterable[str] | str, n_train: int, n_test: int, seed: int) -> dict:
-    """Validated, canonical generation parameters (what corpus.json records and reruns compare)."""
+def corpus_params(langs: Iterable[str] | str, n_train: int, n_test: int, seed: int,
+                  context_sizes: Iterable[int] = ()) -> dict:
+    """Validated, canonical generation parameters (what corpus.json records and reruns compare);
+    `context_sizes` only when given, so corpora made without them keep their parameters."""
     languages = parse_languages(langs)
     for name, value, minimum in (("n_train", n_train, 1), ("n_test", n_test, 1), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    sizes = sorted(set(context_sizes))
+    if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in sizes):
+        raise ValueError(f"context sizes must be integers >= 0, got {list(context_sizes)!r}")
     return {"version": CORPUS_VERSION, "langs": list(languages), "n_train": int(n_train),
-            "n_test": int(n_test), "seed": int(seed)}
+            "n_test": int(n_test), "seed": int(seed), **({"context_sizes": [int(n) for n in sizes]} if sizes else {})}
 
 
 def parse_languages(langs: Iterable[str] | str) -> tuple[str, ...]:

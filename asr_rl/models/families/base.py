@@ -54,6 +54,13 @@ class AudioPrompts:
                             self.feature_mask[index], [self.languages[i] for i in idx])
 
 
+def with_context(instruction: str, context: tuple[str, ...] | list[str]) -> str:
+    """A family's instruction text with a context list (contextual biasing: hotwords the audio may
+    hold) put before it; no context leaves the instruction exactly as it is. For families whose
+    prompt has no field of its own for context (Qwen3-ASR's system message is one)."""
+    return f"Context: {', '.join(context)}. {instruction}" if context else instruction
+
+
 class AudioTooLong(ValueError):
     """An utterance longer than its family's encoder takes whole (`AudioLLMSpec.max_audio_seconds`)."""
 
@@ -164,8 +171,10 @@ class AudioLLMSpec:
                                    f"{limit:g} s per utterance (its encoder's window): split it or leave it out")
 
     def prepare(self, processor, waveforms: list[np.ndarray], languages: list[str | None],
-                force_language: bool, sample_rate: int) -> AudioPrompts:
-        """Features and prompt ids for B waveforms, through the family's processor."""
+                force_language: bool, sample_rate: int, contexts: list[tuple[str, ...]]) -> AudioPrompts:
+        """Features and prompt ids for B waveforms, through the family's processor; `contexts[i]`
+        is utterance i's context list (words or phrases to bias toward), rendered the way the family
+        does (`()`: exactly the prompt without one)."""
         raise NotImplementedError
 
     def encode_audio(self, model: nn.Module, prompts: AudioPrompts) -> torch.Tensor:
@@ -191,7 +200,7 @@ class AudioLLMSpec:
         """The prompt one utterance of `seconds` gets (`asr-rl model info`), the audio placeholders
         shown once with their count."""
         prompts = self.prepare(processor, [np.zeros(int(seconds * sample_rate), np.float32)], [None], False,
-                               sample_rate)
+                               sample_rate, [()])
         ids = prompts.input_ids[0][prompts.attention_mask[0].bool()]
         audio = self.audio_positions(config, ids[None])[0]
         if not audio.any():

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
 from asr_rl.models.tokenizer import TokenizerSpec
 
 ENDOFTEXT, USER, ASSISTANT, SYSTEM = "<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>"
@@ -85,8 +85,11 @@ class GlmAsrSpec(AudioLLMSpec):
     def max_audio_seconds(self, processor):
         return processor.feature_extractor.chunk_length  # one window: the encoder has no padding mask
 
-    def prepare(self, processor, waveforms, languages, force_language, sample_rate):
-        batch = processor.apply_transcription_request(list(waveforms), processor_kwargs={"sampling_rate": sample_rate})
+    def prepare(self, processor, waveforms, languages, force_language, sample_rate, contexts):
+        # the processor's own prompt argument; without a context it is its default instruction
+        prompts = [with_context(INSTRUCTION, ctx) if ctx else None for ctx in contexts]
+        batch = processor.apply_transcription_request(list(waveforms), prompt=prompts,
+                                                      processor_kwargs={"sampling_rate": sample_rate})
         return AudioPrompts(batch["input_ids"], batch["attention_mask"], batch["input_features"],
                             batch["input_features_mask"], list(languages))
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from asr_rl.data.languages import LANGUAGE_NAMES
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
 from asr_rl.models.families.qwen2_audio import whisper_features
 from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
 
@@ -177,13 +177,13 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
     def max_audio_seconds(self, processor):
         return processor.feature_extractor.chunk_length  # whisper_features cuts longer audio, as the processor does
 
-    def prepare(self, processor, waveforms, languages, force_language, sample_rate):
+    def prepare(self, processor, waveforms, languages, force_language, sample_rate, contexts):
         feats = whisper_features(processor.feature_extractor, waveforms, sample_rate)
         counts = placeholder_count(feats["attention_mask"].sum(-1)).tolist()
         texts = []
-        for lang, n in zip(languages, counts):
+        for lang, n, ctx in zip(languages, counts, contexts):
             user = [{"type": "audio", "audio_url": "utterance"},
-                    {"type": "text", "text": instruction(lang if force_language else None)}]
+                    {"type": "text", "text": with_context(instruction(lang if force_language else None), ctx)}]
             text = processor.tokenizer.apply_chat_template([{"role": "user", "content": user}],
                                                           chat_template=processor.chat_template, tokenize=False,
                                                           add_generation_prompt=True)

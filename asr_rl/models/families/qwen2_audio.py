@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from asr_rl.data.languages import LANGUAGE_NAMES, language_code
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
 from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
 
 AUDIO, AUDIO_BOS, AUDIO_EOS = "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"
@@ -98,18 +98,19 @@ class Qwen2AudioSpec(AudioLLMSpec):
     def max_audio_seconds(self, processor):
         return processor.feature_extractor.chunk_length  # Whisper's 30 s: longer features are cut
 
-    def prompt_text(self, processor, language: str | None) -> str:
-        """The rendered prompt with one `<|AUDIO|>`, plus the language tag when forced."""
+    def prompt_text(self, processor, language: str | None, context: tuple[str, ...] = ()) -> str:
+        """The rendered prompt with one `<|AUDIO|>`, plus the language tag when forced; a context
+        list goes before the instruction (`with_context`)."""
         conversation = [{"role": "user", "content": [{"type": "audio", "audio_url": "utterance"},
-                                                     {"type": "text", "text": INSTRUCTION}]}]
+                                                     {"type": "text", "text": with_context(INSTRUCTION, context)}]}]
         text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
         return text + (language_tag(language) if language else "")
 
-    def prepare(self, processor, waveforms, languages, force_language, sample_rate):
+    def prepare(self, processor, waveforms, languages, force_language, sample_rate, contexts):
         feats = whisper_features(processor.feature_extractor, waveforms, sample_rate)
         counts = placeholder_count(feats["attention_mask"].sum(-1)).tolist()
-        texts = [self.prompt_text(processor, lang if force_language else None).replace(AUDIO, AUDIO * n)
-                 for lang, n in zip(languages, counts)]
+        texts = [self.prompt_text(processor, lang if force_language else None, ctx).replace(AUDIO, AUDIO * n)
+                 for lang, n, ctx in zip(languages, counts, contexts)]
         tok = processor.tokenizer(texts, padding=True, padding_side="left", return_tensors="pt")
         return AudioPrompts(tok["input_ids"], tok["attention_mask"], feats["input_features"],
                             feats["attention_mask"], list(languages))

@@ -37,6 +37,11 @@ def language_prefix(name: str | None) -> str:
     return f"language {name}"
 
 
+def context_prompt(context: tuple[str, ...]) -> str | None:
+    """The system-message text of a context list (None: no system message, today's prompt)."""
+    return ", ".join(context) if context else None
+
+
 class Qwen3ASRSpec(AudioLLMSpec):
     name = "qwen3_asr"
     model_types = ("qwen3_asr",)
@@ -92,9 +97,12 @@ class Qwen3ASRSpec(AudioLLMSpec):
             extra_special={"audio_token": AUDIO_PAD, "audio_bos_token": AUDIO_START, "audio_eos_token": AUDIO_END},
             chat_template=CHAT_TEMPLATE)
 
-    def prepare(self, processor, waveforms, languages, force_language, sample_rate):
+    def prepare(self, processor, waveforms, languages, force_language, sample_rate, contexts):
         langs = [language_name(code) if (force_language and code) else None for code in languages]
-        batch = processor.apply_transcription_request(list(waveforms), language=langs,
+        # a context list is the processor's `prompt`: the system message Qwen3-ASR was trained to
+        # read context and hotwords from; none leaves the prompt without a system message
+        prompts = [context_prompt(ctx) for ctx in contexts]
+        batch = processor.apply_transcription_request(list(waveforms), language=langs, prompt=prompts,
                                                       processor_kwargs={"sampling_rate": sample_rate})
         return AudioPrompts(batch["input_ids"], batch["attention_mask"], batch["input_features"],
                             batch["input_features_mask"], list(languages))

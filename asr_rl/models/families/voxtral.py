@@ -133,9 +133,15 @@ class VoxtralSpec(AudioLLMSpec):
         tokenizer = MistralCommonBackend(tokenizer_path=str(_tekken_copy(tekken.read_text(encoding="utf-8"))))
         return VoxtralProcessor(feature_extractor=WhisperFeatureExtractor.from_pretrained(path), tokenizer=tokenizer)
 
-    def prepare(self, processor, waveforms, languages, force_language, sample_rate):
+    def prepare(self, processor, waveforms, languages, force_language, sample_rate, contexts):
         """Through the processor's own transcription request. It passes each waveform to
-        mistral_common as 16-bit WAV: lossless for audio read from 16-bit files."""
+        mistral_common as 16-bit WAV: lossless for audio read from 16-bit files. That request has
+        no field for a context list (mistral_common's TranscriptionRequest: audio, language): one
+        is refused rather than dropped."""
+        for i, ctx in enumerate(contexts):
+            if ctx:
+                raise ValueError(f"utterance {i} has a context list ({len(ctx)} items), and voxtral's transcription "
+                                 "request (mistral_common) has no field for one: leave `context` out for voxtral")
         given = [lang if force_language else None for lang in languages]
         for i, lang in enumerate(given):
             if lang is not None and not re.fullmatch(r"[a-z]{2}", lang):

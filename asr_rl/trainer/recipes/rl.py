@@ -63,9 +63,18 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
                              sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))
         workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
-        workers.report_memory(max(utts, key=lambda u: u.duration or 0.0), ctx.device)  # before the first step
+        workers.report_memory(longest_prompt(utts), ctx.device)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+
+
+def longest_prompt(utts):
+    """An utterance whose prompt is at least as long as any of `utts`': the longest audio with the
+    longest context list (the memory estimate's prompt length)."""
+    import dataclasses
+
+    longest = max(utts, key=lambda u: u.duration or 0.0)
+    return dataclasses.replace(longest, context=max((u.context for u in utts), key=lambda c: len(", ".join(c))))
 
 
 def run_text_rl(cfg: RLConfig, algo: str = "grpo") -> Path:

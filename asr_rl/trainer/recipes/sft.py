@@ -48,7 +48,8 @@ def sft_loss(policy, ctc_head: CTCHead | None, batch: AudioBatch, cfg: SFTConfig
             rows = [dataclasses.replace(r, audio=a) for r, a in zip(rows, masked)]
         embeds, prompt_mask = policy.embed_rows(rows)
     else:
-        prompts = policy.prepare(list(batch.waveforms), batch.languages, [u.id for u in batch.utterances])
+        prompts = policy.prepare(list(batch.waveforms), batch.languages, [u.id for u in batch.utterances],
+                                 batch.contexts)
         if rng is not None:
             prompts.features = spec_augment(prompts.features, prompts.feature_mask, cfg.augment, rng)
         states = policy.encode_audio(prompts)

@@ -170,7 +170,7 @@ def make_samples(groups: list[Group], parse) -> list[Sample]:
                 language=getattr(item, "language", None), keywords=tuple(getattr(item, "keywords", ()) or ()),
                 prompt=getattr(item, "prompt_text", None) or getattr(item, "id", ""), response=text,
                 predicted_language=lang, well_formed=ok, duration=getattr(item, "duration", None), group_id=gid,
-                metadata=dict(getattr(item, "meta", {}) or {})))
+                context=tuple(getattr(item, "context", ()) or ()), metadata=dict(getattr(item, "meta", {}) or {})))
     return samples
 
 

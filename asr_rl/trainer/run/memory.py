@@ -120,7 +120,7 @@ def prompt_length(policy, utterance, sample_rate: int) -> int:
     from asr_rl.data.batching import load_batch
 
     batch = load_batch([utterance], sample_rate=sample_rate)
-    return policy.prepare(list(batch.waveforms), batch.languages, [utterance.id]).input_ids.shape[1]
+    return policy.prepare(list(batch.waveforms), batch.languages, [utterance.id], batch.contexts).input_ids.shape[1]
 
 
 def available_bytes(device: str) -> int | None:

@@ -95,3 +95,22 @@ def test_a_shared_prompt_counts_each_prompt_once_and_its_gathered_keys_and_value
     assert shared["rollout KV cache"] == repeated["rollout KV cache"]
     # one sequence per prompt: nothing is shared
     assert _estimate(policy, micro_batch=8, group_size=1, shared_prefix=True) == repeated
+
+
+def test_the_memory_estimate_s_prompt_is_the_longest_audio_with_the_longest_context(whisper_model, tiny_corpus):
+    import dataclasses
+
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.trainer.recipes.rl import longest_prompt
+    from asr_rl.trainer.run.memory import prompt_length
+
+    utts = read_manifest(tiny_corpus / "train.jsonl")
+    longest = max(utts, key=lambda u: u.duration)
+    short = min(utts, key=lambda u: u.duration)
+    listed = [dataclasses.replace(short, context=("grace", "living room")), *utts]
+    probe = longest_prompt(listed)
+    assert probe.audio == longest.audio and probe.context == ("grace", "living room")
+    policy = AudioPolicy.from_pretrained(whisper_model)
+    # ", ".join of the list and "Context: " and ". " before the instruction: one token a character here
+    assert prompt_length(policy, probe, 16000) == prompt_length(policy, longest, 16000) + len(
+        "Context: grace, living room. ")
