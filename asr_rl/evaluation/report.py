@@ -86,6 +86,8 @@ def plot_training(runs: dict[str, list[dict]], out: Path, starts: dict[str, floa
                     drew = True
         ax.set_title(title)
         ax.set_xlabel("minutes (a run from another's best/ or final/ starts there)" if by_time else "step")
+        if by_time and ax.lines:
+            ax.set_yscale("log")  # a plateau at 5% is as visible as the first minutes at 60%
         if ax.lines:
             ax.legend(fontsize=7)
     if not drew:
