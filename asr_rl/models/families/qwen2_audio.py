@@ -31,6 +31,9 @@ from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
 
 AUDIO, AUDIO_BOS, AUDIO_EOS = "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"
 SYSTEM_PROMPT = "You are a helpful assistant."  # the chat template's default system turn
+# Their ids in the released Qwen2-Audio tokenizer (Qwen/Qwen2-Audio-7B: audio_token_index 151646); the
+# language tags' released ids are not recorded here (with Qwen's BPE they are written as text)
+RELEASED_IDS = {PAD: 151643, IM_START: 151644, IM_END: 151645, AUDIO: 151646, AUDIO_BOS: 151647, AUDIO_EOS: 151648}
 INSTRUCTION = "Detect the language and recognize the speech:"  # Qwen2-Audio's ASR task prompt
 UNKNOWN = "unknown"
 _TAG = re.compile(r"^\s*<\|([a-z]{2,3}|unknown)\|>(.*)$", re.DOTALL)
@@ -62,6 +65,7 @@ def placeholder_count(mel_frames: torch.Tensor) -> torch.Tensor:
 
 class Qwen2AudioSpec(AudioLLMSpec):
     name = "qwen2_audio"
+    released_bpe = "qwen"
     model_types = ("qwen2_audio",)
     default_encoder = "whisper-tiny.en"
     takes_pretrained_encoder = True
@@ -82,11 +86,12 @@ class Qwen2AudioSpec(AudioLLMSpec):
 
         return Qwen2AudioForConditionalGeneration
 
-    def tokenizer_spec(self, real_ids: bool = False):  # released ids: not recorded for this family
+    def tokenizer_spec(self, real_ids: bool = False):
         from transformers import Qwen2AudioProcessor
 
         tags = tuple(language_tag(code) for code in [*LANGUAGE_NAMES, UNKNOWN])
         return TokenizerSpec(
+            ids=RELEASED_IDS if real_ids else {},
             special=(PAD, IM_START, IM_END, AUDIO, AUDIO_BOS, AUDIO_EOS),
             # the template's fixed pieces are one token each for the character-level tokenizer (a
             # real BPE vocabulary spends a few tokens on them; characters would spend ~40)

@@ -44,6 +44,7 @@ def context_prompt(context: tuple[str, ...]) -> str | None:
 
 class Qwen3ASRSpec(AudioLLMSpec):
     name = "qwen3_asr"
+    released_bpe = "qwen"
     model_types = ("qwen3_asr",)
     sizes = {
         # tiny: ~0.2M parameters, for tests (seconds)

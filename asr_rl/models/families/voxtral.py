@@ -116,10 +116,13 @@ class VoxtralSpec(AudioLLMSpec):
         names = ("[AUDIO]", "[BEGIN_AUDIO]", "[TRANSCRIBE]", INST, END_INST, "<s>")
         return TokenizerSpec(special=(), extra_special={n: n for n in names}, chat_template=None)
 
-    def make_tokenizer(self, texts, size):
-        """Voxtral's own Tekken BPE (byte-level: every text is writable, so `texts` are not needed)."""
+    def make_tokenizer(self, texts, size, kind="char"):
+        """Voxtral's own Tekken BPE (byte-level: every text is writable, so `texts` are not needed);
+        it is what `kind` char gives too (no character tokenizer fits mistral_common)."""
         from transformers import MistralCommonBackend
 
+        if kind not in ("char", "tekken"):
+            raise ValueError(f"--tokenizer {kind}: voxtral uses its own Tekken BPE")
         self.check_size(size)
         return MistralCommonBackend(tokenizer_path=str(tekken_file()))
 
