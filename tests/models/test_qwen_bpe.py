@@ -64,3 +64,20 @@ def test_model_init_with_qwen_s_bpe_writes_prompts_and_targets_in_the_released_i
     assert len(out.texts) == 2 and all(isinstance(policy.parse(t, "zh")[1], str) for t in out.texts)
     with pytest.raises(ValueError, match="--tokenizer qwen: glm_asr takes 'char'"):
         init_model("glm_asr", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "g", tokenizer="qwen")
+
+
+def test_a_response_ending_inside_a_character_is_parsed_and_scored_not_dropped(q3):
+    import math
+
+    from asr_rl.rewards.base import Sample
+    from asr_rl.rewards.terms import cer_term, keyword_term
+
+    prefix = q3.encode("language Chinese", add_special_tokens=False) + [151704]
+    body = q3.encode("把空调调到26度", add_special_tokens=False)
+    partial = next(i for i in range(151643) if "\ufffd" in q3.decode([i]))
+    text = q3.decode(prefix + body[:2] + [partial], skip_special_tokens=False)
+    language, transcript, ok = FAMILIES["qwen3_asr"].parse_output(text)
+    assert (language, ok) == ("Chinese", True) and transcript.startswith("把空调") and "\ufffd" in transcript
+    sample = Sample(transcript, "把空调调到26度", "zh", keywords=("空调",))
+    [c], [k] = cer_term([sample]), keyword_term([sample])
+    assert math.isfinite(c) and 0 < c < 1 and k == 1.0  # the broken byte is one more error, not a crash
