@@ -37,7 +37,8 @@ def continuation_args(exp: Path, rl_cfg: dict, sft_cfg: dict, lr: float | None, 
     return ["train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), f"pretrain={rl_cfg['pretrain']}",
             f"train_manifest={rl_cfg['train_manifest']}", f"output_dir={exp / 'sft_continued'}",
             f"max_minutes={minutes:.2f}", "max_steps=1000000", "save_steps=0", "eval_steps=0",
-            *FIXED_TIME_SFT, "optim.lr_scheduler=constant_with_warmup", "optim.lr_warmup_ratio=0", f"optim.learning_rate={lr}",
+            *FIXED_TIME_SFT, "optim.lr_scheduler=constant_with_warmup", "optim.lr_warmup_ratio=0",
+            f"optim.learning_rate={lr}",
             *augment, *([f"model.encoder_cache={cache}"] if cache else []), "logging.progress_bar=false"]
 
 

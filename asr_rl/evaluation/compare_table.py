@@ -61,7 +61,8 @@ def format_compare(report: dict) -> str:
     """Both tables as aligned text, headed by what A and B are and how the bootstrap was drawn."""
     head = (f"A: {report['a']}\nB: {report['b']}\npaired bootstrap of CER(B) - CER(A): {report['resamples']} "
             f"resamples, seed {report['seed']}; P(B<A) = share of resamples where B's CER is lower")
-    tables = [head, _text_table(SIGNIFICANCE_HEAD, significance_rows(report)), _text_table(ERRORS_HEAD, error_rows(report))]
+    tables = [head, _text_table(SIGNIFICANCE_HEAD, significance_rows(report)),
+              _text_table(ERRORS_HEAD, error_rows(report))]
     if biasing_rows(report):
         tables.append(_text_table(BIASING_HEAD, biasing_rows(report)))
     return "\n\n".join(tables)

@@ -78,7 +78,8 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
 
 def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_beams: int = 1,
                       max_new_tokens: int = 96, max_utterances: int | None = None,
-                      progress: bool = False, context: tuple[str, ...] = ()) -> tuple[SetMetrics, list[UtteranceResult]]:
+                      progress: bool = False,
+                      context: tuple[str, ...] = ()) -> tuple[SetMetrics, list[UtteranceResult]]:
     """Decode and score one test set; `context` is the list for lines that carry none of their own."""
     scan = scan_manifest(manifest, check_audio=False)
     for p in scan.problems:
@@ -111,7 +112,8 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
 def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
                 batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
                 force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
-                contexts: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
+                contexts: dict[str, tuple[str, ...]] | None = None
+                ) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
     """`run_eval` without the table: metrics and per-utterance results of each set."""
     from asr_rl.models.audio_policy import AudioPolicy
 

@@ -73,7 +73,8 @@ def score_set(results: list[UtteranceResult], decode_seconds: float | None = Non
         m.language_accuracy = sum(language_code(r.predicted_language) == r.language for r in predicted) / len(ok)
     if any(r.context for r in ok):
         total = sum((bias_counts(r.reference, r.hypothesis, r.context, r.language) for r in ok), BiasCounts())
-        m.b_wer, m.u_wer, m.biased_units, m.false_biasing = total.b_wer, total.u_wer, total.biased_ref, total.false_biasing
+        m.b_wer, m.u_wer = total.b_wer, total.u_wer
+        m.biased_units, m.false_biasing = total.biased_ref, total.false_biasing
     if decode_seconds is not None and m.hours > 0:
         m.rtf = decode_seconds / (m.hours * 3600)
     for lang in sorted({r.language for r in ok}):

@@ -58,6 +58,11 @@ def test_model_init_with_qwen_s_bpe_writes_prompts_and_targets_in_the_released_i
     target = policy.target_ids(["把空调调到26度"], ["zh"])
     row = target.ids[0][target.mask[0].bool()].tolist()
     assert row[-8:] == [99360, 102317, 47872, 26939, 17, 21, 26381, 151645] and 151704 in row
+    # never sampled: the pad/<|endoftext|>, <|im_start|> and the audio tokens, the ids the character
+    # tokenizer of tiny-real (the same released ids) forbids
+    char = AudioPolicy.from_pretrained(init_model("qwen3_asr", "tiny-real", [tiny_corpus / "train.jsonl"],
+                                                  tmp_path / "c"))
+    assert policy.forbidden_ids == char.forbidden_ids == [151643, 151644, 151669, 151670, 151676]
     # a sampled response is decoded and parsed whatever its tokens (here a random model's)
     with torch.no_grad():
         out = policy.generate(prompts, n=2, max_new_tokens=6)

@@ -86,7 +86,8 @@ def add_contexts(rows: dict[str, list[dict]], sizes: list[int], seed: int) -> di
         out[split] = split_rows
         for n in sizes:
             if n > 0:
-                out[f"{split}_ctx{n}"] = [with_list(row, rng(f"{split}_ctx{n}", i), n) for i, row in enumerate(split_rows)]
+                name = f"{split}_ctx{n}"
+                out[name] = [with_list(row, rng(name, i), n) for i, row in enumerate(split_rows)]
     return out
 
 
