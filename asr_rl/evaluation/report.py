@@ -168,14 +168,16 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
 def plateau_note(rows: list[dict]) -> str:
     """For a run with early stopping: where dev was best, and how long it stayed without an
     improvement after that (the flat window: what more of the same training bought on dev)."""
-    evals = [r for r in rows if "eval/best_cer" in r]
-    if not evals:
+    key = next((k for r in rows for k in r if k.startswith("eval/best_")), None)  # eval/best_cer, _wer
+    if key is None:
         return ""
-    best = evals[-1]["eval/best_cer"]
-    at = next(r for r in evals if r["eval/best_cer"] == best)
+    evals = [r for r in rows if key in r]
+    best = evals[-1][key]
+    at = next(r for r in evals if r[key] == best)
     after = [r for r in evals if r["step"] > at["step"]]
     flat = evals[-1].get("time/elapsed_min", 0.0) - at.get("time/elapsed_min", 0.0)
-    return (f"; best dev CER {100 * best:.2f}% at step {at['step']}, then {len(after)} evaluations "
+    name = key.removeprefix("eval/best_").upper()
+    return (f"; best dev {name} {100 * best:.2f}% at step {at['step']}, then {len(after)} evaluations "
             f"({evals[-1]['step'] - at['step']} steps, {flat:.1f} minutes) without an improvement")
 
 

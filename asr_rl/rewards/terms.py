@@ -77,9 +77,9 @@ def wer_gated_term(samples: list[Sample], gate: float = 0.5, above_gate: float =
 def keyword_term(samples: list[Sample], insertion_penalty: float = 0.5) -> list[float]:
     """Recall of the reference's keywords in the hypothesis, minus a penalty per inserted hotword.
 
-    An inserted hotword is an entry of the sample's own hotword list (the manifest's `hotwords`
-    field, e.g. the user's contact names or rooms: `Sample.metadata["hotwords"]`) that appears in the
-    hypothesis but not in its reference: a hallucinated contact or room is worse than a missed one.
+    An inserted hotword is an entry of the sample's own hotword list (its context list,
+    `Sample.context`, and the manifest's older `hotwords` field, `Sample.metadata["hotwords"]`: the
+    user's contact names or rooms) that appears in the hypothesis but not in its reference: a hallucinated contact or room is worse than a missed one.
     r = hits / n_keywords - insertion_penalty * insertions / max(n_keywords, 1); a reference without
     keywords scores 1 minus the insertion penalty. A sample's score depends on that sample alone, so
     a batch scored whole or in chunks (the Ray reward pool, the remote client) scores the same.
@@ -89,6 +89,8 @@ def keyword_term(samples: list[Sample], insertion_penalty: float = 0.5) -> list[
     ...      Sample("call bob", "call bob", keywords=("bob", "kitchen"))]
     >>> keyword_term(s)
     [0.5, 0.5]
+    >>> keyword_term([Sample("call bob", "call anna", keywords=("anna",), context=("anna", "bob"))])
+    [-0.5]
     """
     out = []
     for s in samples:
@@ -132,7 +134,7 @@ def _hotwords(s: Sample) -> list[str]:
     words = (s.metadata or {}).get("hotwords") or []
     if isinstance(words, str) or not all(isinstance(w, str) for w in words):
         raise RewardError(f"sample {s.prompt!r}: metadata 'hotwords' must be a list of strings, got {words!r}")
-    return sorted(set(words))
+    return sorted(set(words) | set(s.context))
 
 
 _LATIN_WORD = re.compile(r"[a-z]+")

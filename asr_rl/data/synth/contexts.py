@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from asr_rl.data.synth import grammar_en, grammar_zh
+from asr_rl.data.synth.sentence import utterance_rng
 
 OMIT_PROB = 0.2
 _EN_MORE_NAMES = (
@@ -68,11 +69,6 @@ def add_contexts(rows: dict[str, list[dict]], sizes: list[int], seed: int) -> di
     """The corpus's manifests with context lists: each training line gets a list of a size drawn
     from `sizes` (size 0: no `context` field, today's line); every other split stays as it is (size
     0) and gets a copy per size n > 0, `<split>_ctx<n>`, the same audio with lists of n items."""
-    import zlib
-
-    def rng(split: str, index: int) -> np.random.Generator:
-        return np.random.default_rng([seed, zlib.crc32(f"{split}/context".encode()), index])
-
     def with_list(row: dict, r: np.random.Generator, n: int) -> dict:
         items = context_list(row["keywords"], row["language"], n, r)
         return dict(row, context=items) if items else row
@@ -81,13 +77,14 @@ def add_contexts(rows: dict[str, list[dict]], sizes: list[int], seed: int) -> di
     for split, split_rows in rows.items():
         if split == "train":
             out[split] = [with_list(row, g, sizes[int(g.integers(len(sizes)))])
-                          for i, row in enumerate(split_rows) for g in [rng(split, i)]]
+                          for i, row in enumerate(split_rows) for g in [utterance_rng(seed, f"{split}/context", i)]]
             continue
         out[split] = split_rows
         for n in sizes:
             if n > 0:
                 name = f"{split}_ctx{n}"
-                out[name] = [with_list(row, rng(name, i), n) for i, row in enumerate(split_rows)]
+                out[name] = [with_list(row, utterance_rng(seed, f"{name}/context", i), n)
+                             for i, row in enumerate(split_rows)]
     return out
 
 

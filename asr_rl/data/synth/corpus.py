@@ -15,7 +15,6 @@ import os
 import shutil
 import tempfile
 import time
-import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from tqdm.auto import tqdm
 
 from asr_rl.data.synth import augment, tts
 from asr_rl.data.synth.contexts import add_contexts
+from asr_rl.data.synth.sentence import utterance_rng
 from asr_rl.data.synth.grammar_en import sample_english
 from asr_rl.data.synth.grammar_zh import sample_mandarin
 from asr_rl.data.synth.voices import sample_voice
@@ -161,11 +161,6 @@ def plan_jobs(params: dict, root: str) -> list[Job]:
             jobs.append(Job(root, params["seed"], spec.name, index, split_langs[index % len(split_langs)],
                             spec.voice_group, spec.noisy))
     return jobs
-
-
-def utterance_rng(seed: int, split: str, index: int) -> np.random.Generator:
-    """Independent stream per utterance; crc32 (not hash()) keeps split names stable across runs."""
-    return np.random.default_rng([seed, zlib.crc32(split.encode()), index])
 
 
 def render_utterance(job: Job) -> dict:

@@ -1,6 +1,7 @@
 """The unit the grammars produce: what the reference says, what the TTS engine reads, what matters."""
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -38,3 +39,8 @@ class Sentence:
 def pick(rng: np.random.Generator, options: Sequence[T]) -> T:
     """Uniform choice that keeps the element's type (np.random.choice would turn tuples into arrays)."""
     return options[int(rng.integers(len(options)))]
+
+
+def utterance_rng(seed: int, split: str, index: int) -> np.random.Generator:
+    """Independent stream per utterance; crc32 (not hash()) keeps split names stable across runs."""
+    return np.random.default_rng([seed, zlib.crc32(split.encode()), index])
