@@ -43,11 +43,11 @@ def _data_check(args: argparse.Namespace) -> int:
     problems = [(f"{scan.path}:{p.line}", p.message) for p in bad]
     if args.model:
         from asr_rl.models.codec import ResponseCodec
-        from asr_rl.models.tokenizer import unwritable_chars
+        from asr_rl.models.tokenizer import unwritable_chars, written_texts
 
         tokenizer = ResponseCodec.from_pretrained(args.model).tokenizer
         problems += [(where, f"characters the model ({args.model}) cannot write: {' '.join(chars)}")
-                     for where, chars in unwritable_chars(tokenizer, ((u.source, u.text) for u in scan.utterances))]
+                     for where, chars in unwritable_chars(tokenizer, written_texts(scan.utterances))]
     print(f"bad lines:  {len(problems)}")
     for where, message in problems:
         print(f"  {where}: {message}")

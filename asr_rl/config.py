@@ -43,8 +43,9 @@ class DataConfig:
         min_duration: shorter utterances are skipped with a warning (seconds).
         max_duration: longer utterances are skipped with a warning (seconds).
         shuffle: shuffle the training manifest every epoch (seeded by the run's `seed`).
-        bucket_batches: group utterances of similar duration into batches, sorting runs of this many
-            batches by duration (0 = off); less padding, same epoch coverage.
+        bucket_batches: group utterances of similar prompt length (audio duration plus context
+            list) into batches, sorting runs of this many batches by it (0 = off); less padding, same
+            epoch coverage.
         input_key: prompt field of a text prompt set (OpenRLHF's --input_key).
         label_key: reference/label field of a text prompt set.
         apply_chat_template: render text prompts with the tokenizer's chat template.

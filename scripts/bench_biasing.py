@@ -1,16 +1,23 @@
 """Benchmark: RL on a biasing reward against SFT continued, on context lists of 0, 10 and 100 items.
 
     python scripts/bench_biasing.py --work exp/bench_biasing [--train 3000 --test 200 --rl-minutes 8]
+    # from a finished `make demo` (its corpus, pool and SFT at its plateau, without lists):
+    python scripts/bench_biasing.py --work exp/bench_biasing --from-corpus data/demo_corpus_3000 \
+        --from-pool data/demo_corpus_3000_rl_pool --start exp/demo_full_qwen2_audio/sft/best
 
-1. `asr-rl data synth --context-sizes 0,10,100` (and a pool of new utterances for the RL stage, with
-   lists too); `model init` (Qwen2-Audio on the frozen Whisper tiny.en encoder, `small`).
-2. SFT with the lists, to its plateau on dev (recipes/configs/sft_demo.yaml: early stopping, decay,
-   a flat window at the floor rate), dev with 10-item lists.
-3. RL from the SFT's best: recipes/configs/grpo_demo.yaml with the reward `cer` + `biasing`, on the
+1. The corpus with context lists: `asr-rl data synth --context-sizes 0,10,100` (and a pool of new
+   utterances for the RL stage, with lists too), or an existing synth corpus's audio with the same
+   lists added (`--from-corpus`, `--from-pool`: synth/contexts.py, seeded as synth seeds them).
+2. The start: `model init` (Qwen2-Audio on the frozen Whisper tiny.en encoder, `small`), or `--start`,
+   an SFT'd model whose character tokenizer is extended to the lists' characters (new embedding rows
+   at the mean of the old ones).
+3. SFT with the lists, to its plateau on dev with 10-item lists (recipes/configs/sft_demo.yaml:
+   early stopping, decay, a flat window at the floor rate; from `--start`, at `--sft-lr`).
+4. RL from the SFT's best: recipes/configs/grpo_demo.yaml with the reward `cer` + `biasing`, on the
    pool, for `--rl-minutes`.
-4. The control: SFT continued from the same start on the same pool with its transcripts, for the RL
+5. The control: SFT continued from the same start on the same pool with its transcripts, for the RL
    run's wall time (scripts/bench_pretrained.py's continuation).
-5. `asr-rl eval` on test_clean at each list size and `--compare` (paired bootstrap): CER, B-WER,
+6. `asr-rl eval` on test_clean at each list size and `--compare` (paired bootstrap): CER, B-WER,
    U-WER and false biasing, RL against the start and against the control.
 
 Targets (issue 28): at list size 100, RL lowers B-WER by >= 30% relative from the start, U-WER
@@ -20,11 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import yaml
 from bench_common import evaluate, run
 from bench_pretrained import compare, continuation_args
+
+from asr_rl.data.synth.contexts import add_contexts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,22 +43,80 @@ def sets_for(sizes: list[int]) -> list[str]:
     return [f"test_clean_ctx{n}" if n else "test_clean" for n in sizes]
 
 
-def train(work: Path, args) -> None:
+def with_contexts(src: Path, dst: Path, sizes: list[int]) -> None:
+    """`src` (a synth corpus) with context lists, as `data synth --context-sizes` would add them (the
+    same seeded streams), into `dst`: its manifests only, the audio paths pointing into `src`."""
+    if (dst / "train.jsonl").is_file():
+        return
+    seed = json.loads((src / "corpus.json").read_text())["params"]["seed"]
+    rows = {}
+    for manifest in sorted(src.glob("*.jsonl")):
+        lines = [json.loads(x) for x in manifest.read_text(encoding="utf-8").splitlines() if x.strip()]
+        rows[manifest.stem] = [dict(r, audio=str((src / r["audio"]).resolve())) for r in lines]
+    dst.mkdir(parents=True, exist_ok=True)
+    for split, split_rows in add_contexts(rows, sizes, seed).items():
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in split_rows)
+        (dst / f"{split}.jsonl").write_text(text, encoding="utf-8")
+
+
+def extend_vocabulary(src: Path, dst: Path, manifests: list[Path]) -> None:
+    """`src` with its character tokenizer extended to every character of `manifests` (their context
+    lists name people and places no transcript does); the new embedding rows start at the mean of
+    the old ones (transformers' resize_token_embeddings)."""
+    if (dst / "config.json").is_file():
+        return
+    from transformers import AutoConfig, Qwen2AudioForConditionalGeneration
+
+    from asr_rl.models.tokenizer import read_texts
+
+    tok = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tok["model"]["vocab"]
+    new = sorted({c for t in read_texts(manifests) for c in t} - set(vocab) - {" "})
+    size = max(max(vocab.values()), *(a["id"] for a in tok["added_tokens"])) + 1
+    vocab.update({c: size + i for i, c in enumerate(new)})
+    if AutoConfig.from_pretrained(src).model_type != "qwen2_audio":
+        raise SystemExit(f"--start {src}: this benchmark's models are Qwen2-Audio")
+    model = Qwen2AudioForConditionalGeneration.from_pretrained(src)
+    model.resize_token_embeddings(size + len(new))
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors", "tokenizer.json", "best.json"))
+    model.save_pretrained(dst)
+    (dst / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+    print(f"{dst}: {len(new)} characters added to {src}'s tokenizer: {''.join(new)}")
+
+
+def prepare(work: Path, args) -> tuple[Path, Path, Path]:
+    """The corpus and the pool with lists, and the model the SFT with lists starts from."""
     corpus, pool = work / "corpus", work / "pool"
-    sizes = ",".join(map(str, args.sizes))
-    run("data", "synth", "--out", str(corpus), "--train", str(args.train), "--test", str(args.test), "--seed", "1",
-        "--context-sizes", sizes, "--quiet")
-    run("data", "synth", "--out", str(pool), "--train", str(args.pool), "--test", "1", "--seed", "99",
-        "--context-sizes", sizes, "--quiet")
-    if not (work / "init" / "config.json").is_file():
+    if args.from_corpus:
+        with_contexts(Path(args.from_corpus), corpus, args.sizes)
+        with_contexts(Path(args.from_pool), pool, args.sizes)
+    else:
+        sizes = ",".join(map(str, args.sizes))
+        run("data", "synth", "--out", str(corpus), "--train", str(args.train), "--test", str(args.test), "--seed",
+            "1", "--context-sizes", sizes, "--quiet")
+        run("data", "synth", "--out", str(pool), "--train", str(args.pool), "--test", "1", "--seed", "99",
+            "--context-sizes", sizes, "--quiet")
+    manifests = [corpus / "train.jsonl", pool / "train.jsonl", *sorted(corpus.glob("*_ctx*.jsonl"))]
+    if args.start:
+        extend_vocabulary(Path(args.start), work / "init", manifests)
+    elif not (work / "init" / "config.json").is_file():
         run("model", "init", "--arch", "qwen2_audio", "--size", "small", "--tokenizer-from",
-            str(corpus / "train.jsonl"), str(pool / "train.jsonl"), "--out", str(work / "init"))
+            *map(str, manifests), "--out", str(work / "init"))
+    return corpus, pool, work / "init"
+
+
+def train(work: Path, args) -> None:
+    corpus, pool, init = prepare(work, args)
     cache = f"model.encoder_cache={work / 'encoder_cache.pt'}"
     dev = corpus / (f"dev_ctx{args.dev_size}.jsonl" if args.dev_size else "dev.jsonl")
+    # from an SFT'd start: its plateau's rate schedule again, scaled down (a warm start at 2e-3
+    # would first undo what it knows)
+    warm = [f"optim.learning_rate={args.sft_lr}", "early_stopping_decay_steps=200",
+            "early_stopping_plateau_patience=4", "optim.min_lr_ratio=0.2"] if args.start else []
     if not (work / "sft" / "final").is_dir():
-        run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), f"pretrain={work / 'init'}",
+        run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), f"pretrain={init}",
             f"train_manifest={corpus / 'train.jsonl'}", f"eval_manifest={dev}", f"output_dir={work / 'sft'}",
-            f"max_minutes={args.sft_minutes}", cache, "logging.progress_bar=false", "resume=auto")
+            f"max_minutes={args.sft_minutes}", cache, "logging.progress_bar=false", "resume=auto", *warm)
     start = work / "sft" / ("best" if (work / "sft" / "best").is_dir() else "final")
     if not (work / "rl" / "final").is_dir():
         run("train", "grpo", "--config", str(ROOT / "recipes/configs/grpo_demo.yaml"), f"pretrain={start}",
@@ -100,6 +168,10 @@ def main() -> None:
     p.add_argument("--sft-minutes", type=float, default=45)
     p.add_argument("--rl-minutes", type=float, default=8)
     p.add_argument("--biasing-weight", type=float, default=1.0)
+    p.add_argument("--from-corpus", default=None, help="a synth corpus whose audio to reuse (lists added)")
+    p.add_argument("--from-pool", default=None, help="with --from-corpus: the pool's synth corpus")
+    p.add_argument("--start", default=None, help="an SFT'd model (without lists) to start the SFT with lists from")
+    p.add_argument("--sft-lr", type=float, default=5e-4, help="with --start: the SFT's stable rate")
     args = p.parse_args()
     work = Path(args.work)
     train(work, args)

@@ -205,6 +205,18 @@ class UtteranceSampler:
         self.position = DataPosition(**state)
 
 
+# Prompt positions per second of audio after a Whisper-style encoder (50 frames/s) and the adapter's
+# 2x pooling: what makes a context list's characters comparable with the audio's seconds.
+_POSITIONS_PER_SECOND = 25.0
+
+
+def prompt_length(item) -> float:
+    """What bucketing sorts by: an utterance's seconds of audio plus its context list's characters
+    in seconds of audio positions (a 100-item list is as long as ~30 s of audio); 0 for other items."""
+    context = getattr(item, "context", ())
+    return (getattr(item, "duration", None) or 0.0) + sum(len(c) + 2 for c in context) / _POSITIONS_PER_SECOND
+
+
 class BatchLoader:
     """Seeded batches from a list of utterances (a lazily loaded `AudioBatch` each, with
     augmentation variants from `augmenter`) or of other items (given to `make_batch`, e.g. text
@@ -218,7 +230,7 @@ class BatchLoader:
         self.sample_rate = sample_rate
         self.make_batch = make_batch
         self.augmenter = augmenter
-        lengths = [u.duration or 0.0 for u in utterances] if bucket_batches > 0 else None
+        lengths = [prompt_length(u) for u in utterances] if bucket_batches > 0 else None
         self.sampler = sampler if sampler is not None else UtteranceSampler(
             len(utterances), batch_size, seed=seed, shuffle=shuffle, lengths=lengths, bucket_batches=bucket_batches)
         self._position = {id(u): i for i, u in enumerate(utterances)}  # item -> index, for `feedback`

@@ -153,12 +153,20 @@ def unwritable_chars(tokenizer, texts: Iterable[tuple[str, str]]) -> list[tuple[
     return out
 
 
+def written_texts(utterances) -> list[tuple[str, str]]:
+    """`(where, text)` of each utterance's transcript and, as `<where> (context)`, its context list."""
+    texts = [(u.source or u.id, u.text) for u in utterances]
+    return texts + [(f"{u.source or u.id} (context)", " ".join(u.context)) for u in utterances if u.context]
+
+
 def require_writable(utterances, tokenizer, what: str = "train_manifest") -> None:
-    """ValueError naming the lines (up to 10) and characters of `utterances` the model cannot write."""
-    bad = unwritable_chars(tokenizer, ((u.source or u.id, u.text) for u in utterances))
+    """ValueError naming the lines (up to 10) and characters of `utterances` the model cannot write,
+    in their transcripts or their context lists (prompt text: a dropped character would change a
+    listed name without a word)."""
+    bad = unwritable_chars(tokenizer, written_texts(utterances))
     if bad:
         chars = sorted({c for _, cs in bad for c in cs})
         lines = "; ".join(f"{where}: {' '.join(cs)}" for where, cs in bad[:10])
-        raise ValueError(f"{what}: {len(bad)} transcripts hold characters the model's tokenizer cannot write "
+        raise ValueError(f"{what}: {len(bad)} transcripts or context lists hold characters the model's tokenizer cannot write "
                          f"({''.join(chars[:40])}), e.g. {lines}. Build the model's tokenizer from this data "
                          "(asr-rl model init --tokenizer-from ...) or fix these lines")

@@ -58,3 +58,15 @@ def test_bucketing_groups_similar_lengths_and_still_covers_the_epoch():
     assert spread < plain_spread / 2
     again = UtteranceSampler(num_items=40, batch_size=4, seed=0, lengths=lengths, bucket_batches=5)
     assert [again.next_indices() for _ in range(10)] == batches
+
+
+def test_bucketing_counts_a_context_list_as_prompt_length():
+    from asr_rl.data.batching import prompt_length
+    from asr_rl.data.manifest import Utterance
+
+    plain = Utterance(id="a", audio="a.wav", text="hi", language="en", duration=2.0)
+    listed = Utterance(id="b", audio="b.wav", text="hi", language="en", duration=2.0, context=("grace", "ben"))
+    assert prompt_length(plain) == 2.0
+    # (5 + 2) + (3 + 2) characters at 25 positions per second of audio
+    assert prompt_length(listed) == pytest.approx(2.0 + 12 / 25)
+    assert prompt_length("a text prompt") == 0.0

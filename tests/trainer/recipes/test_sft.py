@@ -172,14 +172,17 @@ def test_transcripts_the_model_cannot_write_are_reported_not_trained_on(tiny_mod
         r["audio"] = str(tiny_corpus / r["audio"])
     rows[1]["text"] = "アニメ"
     rows[3]["text"] = rows[3]["text"] + " ✓"
+    rows[5]["context"] = ["grace", "アニメ"]  # prompt text: a dropped character would rename the item
     manifest = tmp_path / "ja.jsonl"
     manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     assert main(["data", "check", "--manifest", str(manifest), "--model", str(tiny_model)]) == 1
     out = capsys.readouterr().out
     assert f"{manifest}:2: characters the model ({tiny_model}) cannot write: ア ニ メ" in out
-    assert f"{manifest}:4: characters the model ({tiny_model}) cannot write: ✓" in out and "bad lines:  2" in out
-    with pytest.raises(ValueError, match=rf"2 transcripts hold characters .* e\.g\. {manifest}:2: ア ニ メ; "
-                                         rf"{manifest}:4: ✓"):
+    assert f"{manifest}:4: characters the model ({tiny_model}) cannot write: ✓" in out
+    assert f"{manifest}:6 (context): characters the model ({tiny_model}) cannot write: ア ニ メ" in out
+    assert "bad lines:  3" in out
+    with pytest.raises(ValueError, match=rf"3 transcripts or context lists hold characters .* e\.g\. "
+                                         rf"{manifest}:2: ア ニ メ; {manifest}:4: ✓; {manifest}:6 \(context\): ア ニ メ"):
         train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", f"train_manifest={manifest}"))
     assert main(["data", "check", "--manifest", str(tiny_corpus / "train.jsonl"), "--model", str(tiny_model)]) == 0
 
