@@ -266,12 +266,14 @@ def _add_model_commands(sub) -> None:
     init.add_argument("--encoder", default="default",
                       help="pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or "
                            "none (random init); default: the family's (qwen2_audio: whisper-tiny.en, qwen3_asr: none)")
-    init.add_argument("--size", default="tiny", help="tiny | small; qwen3_asr also 0.6b | 1.7b (the real "
-                                                     "dimensions and vocabulary size, random weights)")
+    init.add_argument("--size", default="tiny", help="tiny | small; tiny-real (qwen3_asr, qwen2_audio, qwen2_5_omni: "
+                                                     "tiny on the released BPE and ids); qwen3_asr also 0.6b | 1.7b "
+                                                     "(the real dimensions and vocabulary, random weights)")
     init.add_argument("--tokenizer-from", required=True, nargs="+", help="manifest(s) whose texts make the vocabulary")
-    init.add_argument("--tokenizer", default="char", choices=["char", "qwen"],
+    init.add_argument("--tokenizer", default=None, choices=["char", "qwen"],
                       help="char: characters of --tokenizer-from's texts; qwen: Qwen's released byte-level BPE "
-                           "(qwen3_asr, qwen2_audio, qwen2_5_omni), built offline")
+                           "(qwen3_asr, qwen2_audio, qwen2_5_omni), built offline. Default: qwen for tiny-real, "
+                           "0.6b and 1.7b, char otherwise")
     init.add_argument("--out", required=True)
     init.add_argument("--seed", type=int, default=0)
     init.set_defaults(func=_model_init)

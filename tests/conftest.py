@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import httpx
 
 import numpy as np
 import pytest
@@ -81,3 +87,28 @@ def tiny_text_model(text_data, tmp_path_factory) -> Path:
 
     return init_model("qwen2", "tiny", [text_data["prompts"], text_data["prefs"]],
                       tmp_path_factory.mktemp("tm") / "qwen2")
+
+
+@pytest.fixture
+def reward_server():
+    """A real `asr-rl reward serve --reward builtin:asr` process on a free 127.0.0.1 port (token s3cret)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "asr-rl"
+    proc = subprocess.Popen([str(exe), "reward", "serve", "--reward", "builtin:asr", "--port", str(port),
+                             "--token", "s3cret"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail(f"reward server did not start: {proc.stdout.read()}")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)

@@ -59,12 +59,13 @@ def encoder_is_pretrained(path: str | os.PathLike) -> bool:
 
 
 def init_model(arch: str, size: str, tokenizer_from: list[str | os.PathLike], out: str | os.PathLike,
-               seed: int = 0, encoder: str | None = "default", tokenizer: str = "char") -> Path:
+               seed: int = 0, encoder: str | None = "default", tokenizer: str | None = None) -> Path:
     """Build tokenizer (+ processor) + model and save them atomically to `out` (temp folder, rename).
 
     `encoder`: "default" (the family's: Whisper tiny.en for qwen2_audio, none for qwen3_asr), None or
     "none" (random init), or a packaged name / Hugging Face Whisper folder. `tokenizer`: "char" (a
-    character vocabulary from `tokenizer_from`'s texts) or the family's released BPE ("qwen").
+    character vocabulary from `tokenizer_from`'s texts), the family's released BPE ("qwen"), or None:
+    the size's own (`AudioLLMSpec.default_tokenizer`: the BPE for tiny-real, characters otherwise).
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; supported: {', '.join(ARCHS)}")
@@ -82,12 +83,13 @@ def init_model(arch: str, size: str, tokenizer_from: list[str | os.PathLike], ou
     if arch in FAMILIES:
         spec = FAMILIES[arch]
         source = spec.default_encoder if encoder == "default" else (None if encoder in (None, "none") else encoder)
+        tokenizer = tokenizer or spec.default_tokenizer(size)
         tok = spec.make_tokenizer(texts, size, tokenizer)
         model, processor = spec.build(size, tok, encoder=source, seed=seed)
         info["encoder"] = str(source) if source else "random"
         info["tokenizer"] = tokenizer
     else:
-        if encoder not in ("default", None, "none") or tokenizer != "char":
+        if encoder not in ("default", None, "none") or tokenizer not in (None, "char"):
             raise ValueError(f"--encoder and --tokenizer are for audio-LLMs; {arch} is a text LM")
         processor = build_char_tokenizer(texts)
         model = build_text_lm(arch, size, processor, seed=seed)

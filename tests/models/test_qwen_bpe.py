@@ -61,7 +61,7 @@ def test_model_init_with_qwen_s_bpe_writes_prompts_and_targets_in_the_released_i
     # never sampled: the pad/<|endoftext|>, <|im_start|> and the audio tokens, the ids the character
     # tokenizer of tiny-real (the same released ids) forbids
     char = AudioPolicy.from_pretrained(init_model("qwen3_asr", "tiny-real", [tiny_corpus / "train.jsonl"],
-                                                  tmp_path / "c"))
+                                                  tmp_path / "c", tokenizer="char"))
     assert policy.forbidden_ids == char.forbidden_ids == [151643, 151644, 151669, 151670, 151676]
     # a sampled response is decoded and parsed whatever its tokens (here a random model's)
     with torch.no_grad():

@@ -1,13 +1,7 @@
 """A GRPO run of the tiny model scored by a real `asr-rl reward serve` process on 127.0.0.1."""
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import httpx
 import pytest
 
 from asr_rl.trainer.run.metrics import read_metrics
@@ -15,30 +9,6 @@ from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
 from tests.trainer.rl.test_grpo_e2e import _overrides
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def reward_server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).parent / "asr-rl"
-    proc = subprocess.Popen([str(exe), "reward", "serve", "--reward", "builtin:asr", "--port", str(port),
-                             "--token", "s3cret"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail(f"reward server did not start: {proc.stdout.read()}")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
 
 
 def test_grpo_with_a_remote_multi_term_reward_logs_each_term(tiny_model, tiny_corpus, tmp_path, reward_server):

@@ -146,11 +146,18 @@ class AudioLLMSpec:
         `real_ids`: the special tokens at the ids of the family's released tokenizer."""
         raise NotImplementedError
 
-    def make_tokenizer(self, texts: list[str], size: str, kind: str = "char"):
+    def default_tokenizer(self, size: str) -> str:
+        """The tokenizer `model init` gives `size` unless told: the released BPE for the sizes on the
+        released ids (tiny-real: the real format at test speed), characters otherwise (an LM head
+        over 151,936 ids would cost ~15x a `small` LLM's body per token on CPU)."""
+        return self.released_bpe if self.released_bpe and self.check_size(size).get("real_ids") else "char"
+
+    def make_tokenizer(self, texts: list[str], size: str, kind: str | None = None):
         """`model init`'s tokenizer: character-level over `texts` in the family's format
         (`tokenizer_spec`), or `kind` = the family's released BPE (`released_bpe`, built offline:
-        models/qwen_bpe.py), its special tokens at their released ids; a family whose processor
-        needs its own tokenizer format overrides it."""
+        models/qwen_bpe.py), its special tokens at their released ids; None: `default_tokenizer`.
+        A family whose processor needs its own tokenizer format overrides it."""
+        kind = kind or self.default_tokenizer(size)
         if kind == "char":
             return build_char_tokenizer(texts, self.tokenizer_spec(real_ids=self.check_size(size).get("real_ids", False)))
         if kind != self.released_bpe:

@@ -114,6 +114,12 @@ class Qwen2_5OmniSpec(AudioLLMSpec):
                      text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                                num_key_value_heads=1, rope_parameters=dict(rope_type="default", rope_theta=1e6,
                                                                             mrope_section=[4, 6, 6]))),
+        # tiny on Qwen's released BPE (models/qwen_bpe.py); tiny writes characters at the same ids
+        "tiny-real": dict(audio=dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128),
+                          text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                    num_key_value_heads=1, rope_parameters=dict(rope_type="default", rope_theta=1e6,
+                                                                                 mrope_section=[4, 6, 6])),
+                          real_ids=True),
         "small": dict(audio=dict(d_model=256, encoder_layers=3, encoder_attention_heads=4, encoder_ffn_dim=1024),
                       text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
                                 num_key_value_heads=2, rope_parameters=dict(rope_type="default", rope_theta=1e6,

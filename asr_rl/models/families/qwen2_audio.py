@@ -75,6 +75,11 @@ class Qwen2AudioSpec(AudioLLMSpec):
         "tiny": dict(text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                                num_key_value_heads=1),
                      audio=dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128)),
+        # tiny on Qwen's released BPE with the released special-token ids (models/qwen_bpe.py)
+        "tiny-real": dict(text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                    num_key_value_heads=1),
+                          audio=dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128),
+                          real_ids=True),
         # ENVIRONMENT.md's calibration: projector + 3-layer Qwen2 (hidden 256) on frozen Whisper tiny.en
         "small": dict(text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
                                 num_key_value_heads=2),
