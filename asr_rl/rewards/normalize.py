@@ -78,15 +78,22 @@ def wer(ref: str, hyp: str) -> float:
 
 
 def keyword_hits(hypothesis: str, keywords: tuple[str, ...] | list[str]) -> int:
-    """How many of `keywords` occur in the hypothesis (both normalised; substring match so that
-    multi-word keywords and CJK keywords work)."""
+    """How many of `keywords` occur in the hypothesis (both normalised), as whole words: a keyword's
+    neighbours must not be letters or digits of a spaced script, so "anna" is not in "annabel" and
+    "26" is not in "126", while "26" is in "调到26度" (Mandarin writes digits between characters
+    without spaces) and a CJK keyword is a plain substring.
+
+    >>> keyword_hits("把空调调到26度", ["26", "空调"]), keyword_hits("turn to 126", ["26"])
+    (2, 0)
+    """
     hyp = normalize_text(hypothesis)
-    padded = f" {hyp} "
-    hits = 0
-    for kw in keywords:
-        k = normalize_text(kw)
-        if not k:
-            continue
-        cjk = any(ord(c) > 0x2E80 for c in k)
-        hits += (k in hyp) if cjk else (f" {k} " in padded)
-    return hits
+    return sum(1 for kw in keywords if (k := normalize_text(kw))
+               and (k in hyp if any(map(is_cjk, k)) else _whole_word_in(k, hyp)))
+
+
+def _whole_word_in(k: str, hyp: str) -> bool:
+    def spaced_word_char(i: int) -> bool:
+        return 0 <= i < len(hyp) and hyp[i].isalnum() and not is_cjk(hyp[i])
+
+    return any(not spaced_word_char(m.start() - 1) and not spaced_word_char(m.end())
+               for m in re.finditer(re.escape(k), hyp))

@@ -44,3 +44,11 @@ def test_keyword_match_is_whole_word_for_latin_and_substring_for_cjk():
     assert keyword_hits("call annabel", ["anna"]) == 0
     assert keyword_hits("call Anna, now", ["anna"]) == 1
     assert keyword_hits("打开客厅的灯", ["客厅"]) == 1
+
+
+def test_a_keyword_between_mandarin_characters_is_a_whole_word():
+    # Mandarin writes digits and Latin words between characters without spaces
+    assert keyword_hits("把空调调到26度", ["26", "空调", "度"]) == 3
+    assert keyword_hits("打开wifi开关", ["wifi"]) == 1
+    assert keyword_hits("set it to 126", ["26"]) == 0 and keyword_hits("26 degrees", ["26"]) == 1
+    assert keyword_hits("call annabel", ["anna", "bel"]) == 0 and keyword_hits("7:30 am", ["7:30"]) == 1
