@@ -25,7 +25,7 @@ from asr_rl.algos.mwer import mwer_group_loss
 from asr_rl.algos.off_policy import LUFFY_GAMMA, mix_off_policy, on_policy_mask
 
 __all__ = [
-    "LossOutput", "PolicyLossInputs", "AggSpec", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
+    "LossOutput", "PolicyLossInputs", "AggSpec", "LOSS_AGG_MODES", "aggregate_loss", "agg_count", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
     "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "mwer_policy_loss",
     "POLICY_LOSSES", "PolicyLossSpec", "KL_ESTIMATORS", "kl_estimate",
     "kl_loss", "reward_kl_penalty", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
@@ -39,11 +39,15 @@ class LossOutput:
         metrics: python floats, keys namespaced like "policy/clip_frac".
         aux: a further scalar term that is a plain mean per micro-batch whatever the mode (e.g. the
             cross-entropy on references); the update averages it over micro-batches. None = none.
+        parts: `loss` split by the `loss_agg_mode` each part was aggregated with (the parts sum to
+            `loss`), so that the update weighs each by its mode's count over the optimiser step
+            (`agg_count`); None = all of `loss` by the update's `loss_agg_mode`.
     """
 
     loss: Tensor
     metrics: dict[str, float]
     aux: Tensor | None = None
+    parts: dict[str, Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,36 +55,40 @@ class AggSpec:
     """What a loss aggregation declares.
 
     Attributes:
-        token_weighted: the loss is a mean over all the minibatch's tokens, so each micro-batch's
-            loss weighs by its token count in the optimiser step (else every micro-batch weighs the same).
+        unit: what the mode averages over, so that an optimiser step made of several micro-batches
+            (and data-parallel ranks) divides by the count of that unit over the whole step
+            (`agg_count`; OpenRLHF 0.11.2 `aggregate_loss` with `batch_num_tokens` /
+            `global_batch_size`): "token" (valid tokens), "sequence" (sequences with at least one
+            valid token) or "row" (all sequences).
     """
 
-    token_weighted: bool = False
+    unit: str = "token"
 
 
-# `fn(x, m) -> scalar`: x ``(N, T)`` the per-token loss, 0 at padding; m ``(N, T)`` the bool mask.
-LOSS_AGG_MODES: Registry[Callable[[Tensor, Tensor], Tensor]] = Registry("loss_agg_mode", AggSpec)
+# `fn(x, m) -> (total, count)`: x ``(N, T)`` the per-token loss, 0 at padding; m ``(N, T)`` the bool
+# mask; the aggregate is total / count, and `count` is the number of the spec's `unit` in `m`.
+LOSS_AGG_MODES: Registry[Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = Registry("loss_agg_mode", AggSpec)
 
 
-@LOSS_AGG_MODES.register("token-mean", token_weighted=True)
-def _token_mean(x: Tensor, m: Tensor) -> Tensor:
-    return x.sum() / m.sum().clamp(min=1)
+@LOSS_AGG_MODES.register("token-mean", unit="token")
+def _token_mean(x: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+    return x.sum(), m.sum()
 
 
-@LOSS_AGG_MODES.register("seq-mean-token-mean")
-def _seq_mean_token_mean(x: Tensor, m: Tensor) -> Tensor:
+@LOSS_AGG_MODES.register("seq-mean-token-mean", unit="sequence")
+def _seq_mean_token_mean(x: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
     per_seq = x.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
     has_tokens = m.any(dim=-1)
-    return _where(has_tokens, per_seq).sum() / has_tokens.sum().clamp(min=1)
+    return _where(has_tokens, per_seq).sum(), has_tokens.sum()
 
 
-@LOSS_AGG_MODES.register("seq-mean-token-sum")
-def _seq_mean_token_sum(x: Tensor, m: Tensor) -> Tensor:
-    return x.sum(dim=-1).mean()
+@LOSS_AGG_MODES.register("seq-mean-token-sum", unit="row")
+def _seq_mean_token_sum(x: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+    return x.sum(), torch.tensor(m.shape[0], device=m.device)
 
 
 def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
-    """Reduce a per-token loss to a scalar (verl `agg_loss`).
+    """Reduce a per-token loss to a scalar (verl `agg_loss`, OpenRLHF `aggregate_loss`).
 
     - "token-mean": sum over all valid tokens / number of valid tokens (DAPO, arXiv:2503.14476: long
       sequences weigh by their length).
@@ -95,13 +103,22 @@ def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
         mode: a name in `LOSS_AGG_MODES`.
 
     Returns:
-        Scalar; 0 (still differentiable) when there is no valid token.
+        Scalar; 0 (still differentiable) when there is no valid token. Over an optimiser step of
+        several micro-batches the update weighs each by its `agg_count` over the step's.
     """
     fn = LOSS_AGG_MODES.get(mode)
     if loss_mat.shape != mask.shape:
         raise ValueError(f"loss_mat {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} differ in shape")
     m = mask.bool()
-    return fn(_where(m, loss_mat), m)
+    total, count = fn(_where(m, loss_mat), m)
+    return total / count.clamp(min=1)
+
+
+def agg_count(mode: str, mask: Tensor) -> float:
+    """How many of mode `mode`'s units (`AggSpec.unit`) ``(N, T)`` `mask` holds: valid tokens,
+    sequences with a valid token, or rows."""
+    m = mask.bool()
+    return float(LOSS_AGG_MODES.get(mode)(torch.zeros(m.shape, device=m.device), m)[1])
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from asr_rl.models.audio_policy import Responses
 from asr_rl.trainer.config import AlgoConfig
-from asr_rl.algos.losses import (LOSS_AGG_MODES, POLICY_LOSSES, LossOutput, compute_policy_loss, entropy_loss,
-                                 kl_loss, masked_mean, value_loss)
+from asr_rl.algos.losses import (LOSS_AGG_MODES, POLICY_LOSSES, LossOutput, agg_count, compute_policy_loss,
+                                 entropy_loss, kl_loss, masked_mean, value_loss)
 from asr_rl.algos.mwer import ended_with_eos
 from asr_rl.trainer.rl.group_loss import epoch_order
 from asr_rl.algos.entropy_tokens import high_entropy_tokens
@@ -159,14 +159,19 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
             if not whole_groups:  # the minibatch's gradient is a sum over its rows in any order; sorted,
                 mini.sort()       # a micro-batch holds runs of a group, whose prompt then runs once
             micros = [mini[k:k + micro_size] for k in range(0, len(mini), micro_size)]
-            weights = micro_weights(exp, micros, loss_agg_mode, strategy)
-            for k, (idx, weight) in enumerate(zip(micros, weights)):
+            # every mode's weights, whichever the loss parts use: the all-reduces run in one order on every rank
+            weights = {mode: micro_weights([exp.response_mask[idx] for idx in micros], mode, strategy)
+                       for mode in LOSS_AGG_MODES}
+            for k, idx in enumerate(micros):
                 out = loss_fn(exp.select(idx))
                 if not torch.isfinite(out.loss) or (out.aux is not None and not torch.isfinite(out.aux)):
                     # stop before the bad gradient reaches the weights: the last checkpoint stays good
                     raise TrainingDiverged(f"{prefix} loss is {float(out.loss)} ({out.metrics}); stopping. The last "
                                            "checkpoint is intact: lower the learning rate or check the rewards")
-                total = out.loss * weight + (out.aux / len(micros) if out.aux is not None else 0.0)
+                parts = out.parts if out.parts is not None else {loss_agg_mode: out.loss}
+                total = sum(part * weights[mode][k] for mode, part in parts.items())
+                if out.aux is not None:
+                    total = total + out.aux / len(micros)
                 strategy.backward(total, last=k == len(micros) - 1)
                 for name, v in {f"{prefix}/loss": float(out.loss.detach()), **out.metrics}.items():
                     sums[name] = sums.get(name, 0.0) + float(v)
@@ -178,21 +183,24 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
     return metrics
 
 
-def micro_weights(exp: Experience, micros: list[list[int]], loss_agg_mode: str, strategy) -> list[float]:
-    """What each micro-batch's aggregated loss is multiplied by, so that the optimiser step's
-    gradient is the minibatch's loss (OpenRLHF, verl `loss_agg_mode`).
+def micro_weights(masks: list[torch.Tensor], loss_agg_mode: str, strategy) -> list[float]:
+    """What each micro-batch's loss, aggregated by `loss_agg_mode`, is multiplied by, so that the
+    optimiser step's gradient is that of the loss aggregated over all its micro-batches on all
+    data-parallel ranks (OpenRLHF 0.11.2 `iter_grad_accum_global_norm`, verl `loss_agg_mode`).
 
-    A token-weighted mode ("token-mean", `AggSpec.token_weighted`) is over every token of the
-    minibatch on every data-parallel rank: micro-batch i with t_i tokens weighs t_i / (T / W), T the
-    tokens of all W ranks (DeepSpeed then averages the ranks' gradients, dividing by W). Averaging
-    each micro-batch's own token mean instead would weigh the tokens of short responses more. The
-    seq-mean modes are means over sequences, equal-sized micro-batches: 1 / (number of micro-batches).
+    Micro-batch i holding c_i of the mode's units (`agg_count`: tokens, non-empty sequences or rows)
+    weighs c_i / (C / W), C the units of all W ranks' micro-batches (DeepSpeed then averages the
+    ranks' gradients, dividing by W). Averaging the micro-batches' own means instead would weigh
+    the units of a sparse micro-batch (few tokens, or few sequences after filtering) more.
+
+    Args:
+        masks: the ``(m_i, T)`` response masks of this rank's micro-batches of one optimiser step.
+        loss_agg_mode: a name in `LOSS_AGG_MODES`.
+        strategy: its `mean_over_ranks` all-reduces (every rank calls it together).
     """
-    if not LOSS_AGG_MODES.spec(loss_agg_mode).token_weighted:
-        return [1.0 / len(micros)] * len(micros)
-    tokens = [float(exp.response_mask[idx].sum()) for idx in micros]
-    per_rank = strategy.mean_over_ranks(sum(tokens))
-    return [t / per_rank if per_rank > 0 else 0.0 for t in tokens]
+    counts = [agg_count(loss_agg_mode, m) for m in masks]
+    per_rank = strategy.mean_over_ranks(sum(counts))
+    return [c / per_rank if per_rank > 0 else 0.0 for c in counts]
 
 
 __all__ = ["TrainingDiverged", "micro_weights", "micro_logprobs", "reference_ce", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",

@@ -78,22 +78,26 @@ def test_nan_loss_raises_before_the_optimizer_steps():
 
 
 @pytest.mark.parametrize("mode, expected_grad", [
-    # responses [4] and [1, 1, 1] (token values c), per-token loss w * c, one sequence per micro-batch:
-    #   token-mean over the minibatch: (4 + 1 + 1 + 1) / 4 tokens = 1.75
-    #   (the mean of the micro-batches' own token means would be (4/1 + 3/3) / 2 = 2.5)
-    #   seq-mean-token-mean: (4/1 + 3/3) / 2 = 2.5;  seq-mean-token-sum: (4 + 3) / 2 = 3.5
-    ("token-mean", 1.75), ("seq-mean-token-mean", 2.5), ("seq-mean-token-sum", 3.5)])
+    # responses [4], [1, 1, 1] and [2, 2] (token values c), per-token loss w * c; micro-batches of 2
+    # sequences, so the minibatch of 3 splits unevenly into {[4], [1, 1, 1]} and {[2, 2]}:
+    #   token-mean over the minibatch: (4 + 1 + 1 + 1 + 2 + 2) / 6 tokens = 11/6
+    #   (the mean of the micro-batches' own token means would be (7/4 + 4/2) / 2 = 1.875)
+    #   seq-mean-token-mean: (4/1 + 3/3 + 4/2) / 3 sequences = 7/3
+    #   (the mean of the micro-batches' own seq means would be ((4 + 1) / 2 + 2) / 2 = 2.25)
+    #   seq-mean-token-sum: (4 + 3 + 4) / 3 = 11/3
+    ("token-mean", 11 / 6), ("seq-mean-token-mean", 7 / 3), ("seq-mean-token-sum", 11 / 3)])
 def test_minibatch_loss_is_aggregated_over_all_its_micro_batches(mode, expected_grad):
     from asr_rl.algos.losses import aggregate_loss
 
     w = torch.nn.Parameter(torch.tensor(1.0))
-    exp = build_experience([Group(None, None, [[4], [1, 1, 1]], ["a", "b"], rewards=[0.0, 1.0])], 2, pad_id=0)
+    exp = build_experience([Group(None, None, [[4], [1, 1, 1], [2, 2]], ["a", "b", "c"], rewards=[0.0, 1.0, 2.0])],
+                           3, pad_id=0)
     grads = []
     strategy = _local_strategy(w)
     step = strategy.step
     strategy.step = lambda: (grads.append(float(w.grad)), step())[1]  # read the gradient the step applies
     loss_fn = lambda mb: LossOutput(aggregate_loss(w * mb.response_ids.float(), mb.response_mask, mode), {})  # noqa: E731
-    _epochs(exp, 1, 1, 2, 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
+    _epochs(exp, 1, 2, 3, 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
     assert grads == [pytest.approx(expected_grad)]
 
 
