@@ -174,7 +174,12 @@ class AlgoConfig:
         eps_clip: symmetric clip range of the ratio.
         eps_clip_low_high: asymmetric [low, high] clip range; overrides eps_clip when set.
         dual_clip: dual-clip constant c > 1 for negative advantages (null = off).
-        loss_agg_mode: token-mean | seq-mean-token-mean | seq-mean-token-sum.
+        loss_agg_mode: token-mean | seq-mean-token-mean | seq-mean-token-sum, of the policy loss; each
+            a mean over the whole optimiser step (all micro-batches and ranks).
+        kl_entropy_value_agg_mode: how the KL-loss, entropy and critic (value) terms aggregate:
+            token-mean (OpenRLHF 0.11.2, whatever its policy loss's mode), or null = as
+            `loss_agg_mode` (verl; the GRPO objective, arXiv:2402.03300 eq. 3, puts the KL term inside
+            each sequence's 1/|o_i| mean, so a GRPO recipe from verl keeps its KL weighting).
         init_kl_coef: KL coefficient; a reward penalty, or a loss term when `use_kl_loss`.
         use_kl_loss: put KL in the loss (GRPO) instead of the reward.
         kl_estimator: k1 | k2 | k3.
@@ -218,6 +223,7 @@ class AlgoConfig:
     eps_clip_low_high: tuple[float, ...] | None = setting(None, ge=0)
     dual_clip: float | None = setting(None, gt=1)
     loss_agg_mode: str = "token-mean"
+    kl_entropy_value_agg_mode: str | None = "token-mean"
     init_kl_coef: float = setting(0.02, ge=0)
     use_kl_loss: bool = True
     kl_estimator: str = "k3"
@@ -250,6 +256,8 @@ class AlgoConfig:
         POLICY_LOSSES.check(self.policy_loss)
         KL_ESTIMATORS.check(self.kl_estimator)
         LOSS_AGG_MODES.check(self.loss_agg_mode)
+        if self.kl_entropy_value_agg_mode is not None:
+            LOSS_AGG_MODES.check(self.kl_entropy_value_agg_mode)
         REWARD_AGGREGATIONS.check(self.reward_aggregation)
         if self.rollout_correction is not None:
             ROLLOUT_CORRECTIONS.check(self.rollout_correction)
@@ -260,6 +268,11 @@ class AlgoConfig:
         r = self.reward_clip_range
         if r is not None and (len(r) != 2 or not r[0] < r[1]):
             raise ValueError(f"algo.reward_clip_range must be [low, high] with low < high, got {list(r)}")
+
+    @property
+    def term_agg_mode(self) -> str:
+        """The mode of the KL-loss, entropy and value terms (`kl_entropy_value_agg_mode`, resolved)."""
+        return self.kl_entropy_value_agg_mode or self.loss_agg_mode
 
     @property
     def spec(self):

@@ -382,16 +382,18 @@ def test_module_imports_only_torch_stdlib_and_advantages():
     mods = {(a.name if isinstance(n, ast.Import) else n.module)
             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert mods <= {"__future__", "dataclasses", "typing", "torch", "asr_rl.registry", "asr_rl.algos.kl",
-                    "asr_rl.algos.masked", "asr_rl.algos.off_policy", "asr_rl.algos.mwer"}, mods
+                    "asr_rl.algos.masked", "asr_rl.algos.off_policy", "asr_rl.algos.mwer", "asr_rl.algos.aggregation"}, mods
+    import asr_rl.algos.aggregation as agg_mod
     import asr_rl.algos.kl as kl_mod
     import asr_rl.algos.masked as masked_mod
 
-    for mod in (kl_mod, masked_mod):
+    for mod in (kl_mod, masked_mod, agg_mod):
         tree = ast.parse(Path(mod.__file__).read_text())
         imported = {(a.name if isinstance(n, ast.Import) else n.module)
                     for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
         # the registry is stdlib only (the KL estimators are one)
-        assert imported <= {"__future__", "collections.abc", "torch", "asr_rl.registry", "asr_rl.algos.masked"}, \
+        assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "asr_rl.registry",
+                            "asr_rl.algos.masked"}, \
             (mod.__name__, imported)
 
 

@@ -52,7 +52,8 @@ def forward_values(critic, exp: Experience, micro_size: int) -> torch.Tensor:
 
 
 def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_coef: float) -> LossOutput:
-    """Policy loss (+ KL loss - entropy bonus) of one micro-batch."""
+    """Policy loss (+ KL loss - entropy bonus) of one micro-batch; the policy loss aggregated by
+    `algo.loss_agg_mode`, the KL and entropy terms by `algo.term_agg_mode` (`LossOutput.parts`)."""
     prompts = policy.embed_rows(mb.prompt_rows)  # shared by the policy loss and the CE term
     logp, entropy = micro_logprobs(policy, mb, temperature, with_entropy=True, prompts=prompts)
     mask = mb.response_mask.to(logp.device)
@@ -68,23 +69,29 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
                               rollout_logp=rollout_logp, off_policy=off,
                               group_index=mb.prompt_index.to(logp.device),  # a group is a prompt's rows
                               ended=ended_with_eos(mb.response_ids, mb.response_mask, policy.eos_id).to(logp.device))
-    loss, metrics = out.loss, {**out.metrics, **corr_metrics, **token_metrics}
+    metrics = {**out.metrics, **corr_metrics, **token_metrics}
+    # a grouped loss is a mean over the micro-batch's whole groups, all of one size: it weighs by rows
+    policy_mode = "seq-mean-token-sum" if POLICY_LOSSES.spec(algo.policy_loss).grouped else algo.loss_agg_mode
+    term_mode = algo.term_agg_mode
+    terms = torch.zeros((), device=logp.device)  # the KL and entropy terms, aggregated by `term_mode`
     if algo.use_kl_loss and mb.ref_logp is not None:
         # measured even at coefficient 0: the adaptive controller and the logs read it
-        kl = kl_loss(logp, mb.ref_logp.to(logp.device), on, algo.kl_estimator, algo.loss_agg_mode, algo.kl_clamp)
+        kl = kl_loss(logp, mb.ref_logp.to(logp.device), on, algo.kl_estimator, term_mode, algo.kl_clamp)
         if kl_coef > 0:
-            loss = loss + kl_coef * kl.loss
+            terms = terms + kl_coef * kl.loss
         metrics.update(kl.metrics)
-    ent = entropy_loss(entropy, mask, algo.loss_agg_mode)
+    ent = entropy_loss(entropy, mask, term_mode)
     if algo.entropy_coef:
-        loss = loss - algo.entropy_coef * ent
+        terms = terms - algo.entropy_coef * ent
     metrics["policy/entropy"] = float(ent.detach())
+    parts = {policy_mode: out.loss}
+    parts[term_mode] = parts.get(term_mode, 0.0) + terms
     aux = None
     if algo.sft_coef > 0:  # a mean over reference tokens, not over response tokens: kept apart
         ce = reference_ce(policy, mb, prompts)
         aux = algo.sft_coef * ce
         metrics["actor/sft_ce"] = float(ce.detach())
-    return LossOutput(loss, metrics, aux)
+    return LossOutput(sum(parts.values()), metrics, aux, parts)
 
 
 def _entropy_tokens(advantages: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, algo: AlgoConfig):
@@ -139,9 +146,9 @@ def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_siz
     def loss_fn(mb: MicroBatch) -> LossOutput:
         values = critic.values(mb.prompt_rows, mb.prompt_index, Responses(mb.response_ids, mb.response_mask, []))
         return value_loss(values, mb.values, mb.returns, mb.response_mask, value_clip=algo.value_clip,
-                          loss_agg_mode=algo.loss_agg_mode)
+                          loss_agg_mode=algo.term_agg_mode)
     return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy, loss_fn, prefix="critic",
-                   loss_agg_mode=algo.loss_agg_mode)
+                   loss_agg_mode=algo.term_agg_mode)
 
 
 def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed: int, strategy, loss_fn,

@@ -35,7 +35,7 @@ def check_group_loss(cfg) -> None:
         seq = [m for m in LOSS_AGG_MODES if LOSS_AGG_MODES.spec(m).unit != "token"]
         raise ValueError(f"{name} is a mean over groups, and micro-batches of whole groups weigh equally; "
                          f"loss_agg_mode={a.loss_agg_mode} weighs them by their tokens: set algo.loss_agg_mode="
-                         f"{'|'.join(seq)} (the KL and entropy terms then are sequence means too)")
+                         f"{'|'.join(seq)}")
     if not loss.ratio and a.rollout_correction:
         raise ValueError(f"{name} has no importance ratio to correct: set algo.rollout_correction=null")
     if a.entropy_token_top_ratio < 1:

@@ -60,3 +60,46 @@ def test_seq_mean_divides_by_the_non_empty_sequences_of_all_micro_batches_and_ra
     assert micro_weights(masks, "seq-mean-token-sum", _TwoRanks(other=4.0)) == [0.75, 0.25]
     # no unit anywhere: weight 0, not a division by zero
     assert micro_weights([_mask([0])], "seq-mean-token-mean", _TwoRanks(other=0.0)) == [0.0]
+
+
+class _FixedPolicy:
+    """A policy whose log-probs and entropies of the micro-batch's responses are given tensors."""
+
+    eos_id = 99
+
+    def __init__(self, logp: torch.Tensor, entropy: torch.Tensor):
+        self.logp, self.entropy = logp, entropy
+
+    def embed_rows(self, rows):
+        return torch.zeros(1), torch.zeros(1)
+
+    def logprobs(self, embeds, mask, responses, prompt_index, temperature, with_entropy):
+        return self.logp, self.entropy
+
+
+@pytest.mark.parametrize("term_mode, kl, entropy", [
+    # rows of 1 and 3 tokens; k1 KL per token 4 | 1 1 1, entropy 2 | 1 1 1. Token mean: KL 7/4,
+    # entropy 5/4 (OpenRLHF 0.11.2, whatever the policy's mode); as loss_agg_mode
+    # (seq-mean-token-mean, verl): KL (4 + 1) / 2 = 2.5, entropy (2 + 1) / 2 = 1.5
+    ("token-mean", 1.75, 1.25), (None, 2.5, 1.5)])
+def test_kl_and_entropy_terms_aggregate_by_their_own_mode(term_mode, kl, entropy):
+    from asr_rl.trainer.config import AlgoConfig
+    from asr_rl.trainer.rl.actor import actor_loss
+
+    exp = build_experience([Group(None, None, [[5], [5, 5, 5]], ["a", "b"], rewards=[0.0, 0.0])], 2, pad_id=0)
+    exp.advantages = torch.zeros(2, 3)  # the policy term is 0
+    exp.ref_logp = -torch.tensor([[4.0, 0, 0], [1, 1, 1]])
+    policy = _FixedPolicy(torch.zeros(2, 3), torch.tensor([[2.0, 0, 0], [1, 1, 1]]))
+    algo = AlgoConfig(loss_agg_mode="seq-mean-token-mean", kl_entropy_value_agg_mode=term_mode,
+                      kl_estimator="k1", entropy_coef=0.1)
+    out = actor_loss(policy, exp.select([0, 1]), algo, temperature=1.0, kl_coef=0.5)
+    assert out.metrics["kl/loss"] == pytest.approx(kl) and out.metrics["policy/entropy"] == pytest.approx(entropy)
+    # the policy part under its mode, KL - entropy under theirs (one part when they are the same)
+    expected = 0.5 * kl - 0.1 * entropy
+    if term_mode is None:
+        assert set(out.parts) == {"seq-mean-token-mean"}
+        assert float(out.parts["seq-mean-token-mean"]) == pytest.approx(expected)
+    else:
+        assert float(out.parts["seq-mean-token-mean"]) == 0.0
+        assert float(out.parts["token-mean"]) == pytest.approx(expected)
+    assert float(out.loss) == pytest.approx(expected)

@@ -101,6 +101,28 @@ def test_minibatch_loss_is_aggregated_over_all_its_micro_batches(mode, expected_
     assert grads == [pytest.approx(expected_grad)]
 
 
+def test_each_loss_part_is_weighed_by_the_count_of_its_own_mode():
+    # the same responses as above, micro-batches {[4], [1, 1, 1]} and {[2, 2]}; one part a seq mean
+    # (7/3 over the minibatch), the other a token mean (11/6): d/dw = 7/3 + 11/6 = 25/6
+    from asr_rl.algos.losses import aggregate_loss
+
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    exp = build_experience([Group(None, None, [[4], [1, 1, 1], [2, 2]], ["a", "b", "c"], rewards=[0.0, 1.0, 2.0])],
+                           3, pad_id=0)
+    grads = []
+    strategy = _local_strategy(w)
+    step = strategy.step
+    strategy.step = lambda: (grads.append(float(w.grad)), step())[1]
+
+    def loss_fn(mb):
+        x, m = w * mb.response_ids.float(), mb.response_mask
+        parts = {mode: aggregate_loss(x, m, mode) for mode in ("seq-mean-token-mean", "token-mean")}
+        return LossOutput(sum(parts.values()), {}, parts=parts)
+
+    _epochs(exp, 1, 2, 3, 0, strategy, loss_fn, prefix="actor", loss_agg_mode="seq-mean-token-sum")
+    assert grads == [pytest.approx(25 / 6)]
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["n_samples_per_prompt=1"], "needs n_samples_per_prompt >= 2"),
     (["rollout_batch_size=3", "n_samples_per_prompt=4", "micro_train_batch_size=5"], "not a multiple of micro"),
