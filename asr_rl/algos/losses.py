@@ -254,9 +254,16 @@ def mwer_policy_loss(x: PolicyLossInputs) -> LossOutput:
 # ---------------------------------------------------------------------------------------------------
 
 def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
-            loss_agg_mode: str = "token-mean", clamp: float | None = 10.0) -> LossOutput:
+            loss_agg_mode: str = "token-mean", clamp: float | None = 10.0, old_logp: Tensor | None = None,
+            unbiased_gradient: bool = False) -> LossOutput:
     """KL-to-reference term added to the loss (GRPO's `use_kl_loss`, Shao et al. 2024, arXiv:2402.03300,
     which uses k3); the caller multiplies by the KL coefficient.
+
+    With `unbiased_gradient` (OpenRLHF 0.11.2 `--algo.kl.unbiased_gradient`) the value stays the
+    estimator's, and the gradient becomes that of w * k1^2 / 2, i.e. w * k1 * grad(logp) with
+    w = min(pi / pi_old, 10) detached: the score-function gradient of KL(pi || ref), importance-weighted
+    for tokens sampled by the old policy (Schulman, http://joschu.net/blog/kl-approx.html: k2's
+    pathwise gradient is k1's score-function one). Every estimator then has this same gradient.
 
     Args:
         logp: ``(N, T)`` policy log-probs (with grad).
@@ -265,14 +272,26 @@ def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
         estimator: one of `KL_ESTIMATORS`.
         loss_agg_mode: one of `LOSS_AGG_MODES`.
         clamp: bound on the per-token estimate (see `kl_estimate`).
+        old_logp: ``(N, T)`` log-probs of the policy that sampled (for w); None = w = 1.
+        unbiased_gradient: see above.
 
     Returns:
         `LossOutput` with metric "kl/loss" (the aggregated estimate, before the coefficient).
     """
     m = mask.bool()
-    kl = kl_estimate(_where(m, logp), _where(m, ref_logp), estimator, clamp)
+    lp, ref = _where(m, logp), _where(m, ref_logp)
+    kl = kl_estimate(lp, ref, estimator, clamp)
+    if unbiased_gradient:
+        w = 1.0 if old_logp is None else torch.exp(
+            (lp.float() - _where(m, old_logp).float()).clamp(max=_MAX_LOG_RATIO)).clamp(max=KL_IS_WEIGHT_CLIP).detach()
+        surrogate = w * (lp.float() - ref.float()).pow(2) / 2
+        kl = kl.detach() + surrogate - surrogate.detach()  # straight-through: value kl, gradient surrogate's
     loss = aggregate_loss(kl, m, loss_agg_mode)
     return LossOutput(loss=loss, metrics={"kl/loss": loss.item()})
+
+
+# the bound on w = pi / pi_old of the unbiased KL gradient (OpenRLHF 0.11.2 `KL_IS_WEIGHT_CLIP`)
+KL_IS_WEIGHT_CLIP = 10.0
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -76,7 +76,8 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
     terms = torch.zeros((), device=logp.device)  # the KL and entropy terms, aggregated by `term_mode`
     if algo.use_kl_loss and mb.ref_logp is not None:
         # measured even at coefficient 0: the adaptive controller and the logs read it
-        kl = kl_loss(logp, mb.ref_logp.to(logp.device), on, algo.kl_estimator, term_mode, algo.kl_clamp)
+        kl = kl_loss(logp, mb.ref_logp.to(logp.device), on, algo.kl_estimator, term_mode, algo.kl_clamp,
+                     old_logp=old, unbiased_gradient=algo.kl_unbiased_gradient)
         if kl_coef > 0:
             terms = terms + kl_coef * kl.loss
         metrics.update(kl.metrics)

@@ -144,3 +144,42 @@ def test_pretrain_not_an_audio_llm_and_empty_manifest(tiny_model, tiny_corpus, t
         run_audio_rl(load_rl_config("grpo", None, [f"pretrain={tmp_path}", f"train_manifest={tiny_corpus / 'train.jsonl'}",
                                                    f"output_dir={tmp_path / 'b'}"]))
     assert not (tmp_path / "b").exists()  # refused before the run folder was made
+
+
+def test_length_penalties_hit_long_and_cut_responses_before_the_estimator():
+    from types import SimpleNamespace
+
+    from asr_rl.trainer.rl.loop import RLTrainer
+
+    cfg = load_rl_config("grpo", None, ["rollout.max_new_tokens=4", "algo.overlong_buffer_len=2",
+                                        "algo.stop_properly_penalty_coef=0.5"])
+    # EOS is 9; max_new_tokens 4, buffer 2: overlong from 2 tokens, -(L - 2) / 2. Rewards 2 each:
+    #   [1, 9]        2 tokens, ended                    2
+    #   [1, 2, 9]     3 tokens, ended: -0.5              1.5
+    #   [1, 2, 3, 4]  4 tokens, cut (no EOS): -1, * 0.5  0.5
+    #   [1, 2, 3, 9]  4 tokens, ended at the limit: -1   1
+    exp = build_experience([Group(None, None, [[1, 9], [1, 2, 9], [1, 2, 3, 4], [1, 2, 3, 9]], ["a"] * 4,
+                                  rewards=[2.0] * 4)], 4, pad_id=0)
+    trainer = SimpleNamespace(cfg=cfg, workers=SimpleNamespace(eos_id=9))
+    assert RLTrainer.length_penalties(trainer, torch.full((4,), 2.0), exp).tolist() == [2.0, 1.5, 0.5, 1.0]
+    # a reference member (off-policy) keeps its reward
+    exp.off_policy = torch.tensor([False, False, True, False])
+    assert RLTrainer.length_penalties(trainer, torch.full((4,), 2.0), exp).tolist() == [2.0, 1.5, 2.0, 1.0]
+
+
+def test_dynamic_filtering_range_drops_groups_whose_mean_reward_is_outside():
+    from types import SimpleNamespace
+
+    from asr_rl.trainer.rl.loop import RLTrainer
+
+    def keeps(band, rewards, off=None):
+        cfg = load_rl_config("grpo", None, [] if band is None else [f"rollout.dynamic_filtering_range={band}"])
+        group = Group(None, None, [[1]] * len(rewards), ["a"] * len(rewards), rewards=rewards, off_policy=off)
+        return RLTrainer.keep_group(SimpleNamespace(cfg=cfg), group)
+
+    assert keeps(None, [0.0, 1.0, 1.0, 1.0]) and not keeps(None, [1.0, 1.0])  # ties only
+    assert keeps("[0,1]", [0.0, 1.0, 1.0, 1.0]) and not keeps("[0,0.7]", [0.0, 1.0, 1.0, 1.0])  # mean 0.75
+    # the mean is over the sampled members: a reference scoring 1 does not lift [0, 0.5] to 0.5
+    assert not keeps("[0.4,1]", [0.0, 0.5, 1.0], off=[False, False, True])
+    with pytest.raises((ConfigError, ValueError), match=r"dynamic_filtering_range must be \[low, high\]"):
+        load_rl_config("grpo", None, ["rollout.dynamic_filtering_range=[1,0]"])
