@@ -321,6 +321,20 @@ def reinforce_baseline(x: AdvantageInputs) -> AdvantageOutput:
     return _reinforce_style(x, shaped, whiten_adv=True)
 
 
+@register_advantage("flash_reinforce")
+def flash_reinforce(x: AdvantageInputs) -> AdvantageOutput:
+    """FlashREINFORCE (OpenRLHF 0.11.2 `flash_reinforce`, its estimator for n_samples_per_prompt=1):
+    r' = r - mean over the whole rollout batch (there is no prompt group), then as "group_norm":
+    advantages = returns = reward-to-go of the token rewards, no whitening. The batch-mean baseline
+    is REINFORCE's classic constant baseline (Williams 1992).
+
+    Args:
+        x: `AdvantageInputs`; `group_size` is not used.
+    """
+    r = _float_rewards(x)
+    return _reinforce_style(x, r - r.mean(), whiten_adv=False)
+
+
 @register_advantage("group_norm", grouped=True)
 def group_norm(x: AdvantageInputs) -> AdvantageOutput:
     """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300): r' = (r - mean_group) / (std_group + eps),

@@ -19,13 +19,14 @@ from torch import Tensor
 from asr_rl.registry import Registry
 from asr_rl.algos.kl import (KL_ESTIMATORS, AdaptiveKLController, FixedKLController,  # noqa: F401 (re-exported)
                                kl_estimate, reward_kl_penalty)
+from asr_rl.algos.aggregation import LOSS_AGG_MODES, AggSpec, agg_count, aggregate_loss  # noqa: F401 (re-exported)
 from asr_rl.algos.masked import masked_mean
 from asr_rl.algos.masked import zero_outside as _where
 from asr_rl.algos.mwer import mwer_group_loss
 from asr_rl.algos.off_policy import LUFFY_GAMMA, mix_off_policy, on_policy_mask
 
 __all__ = [
-    "LossOutput", "PolicyLossInputs", "AggSpec", "LOSS_AGG_MODES", "aggregate_loss", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
+    "LossOutput", "PolicyLossInputs", "AggSpec", "LOSS_AGG_MODES", "aggregate_loss", "agg_count", "masked_mean", "register_policy_loss", "get_policy_loss_fn",
     "compute_policy_loss", "ppo_policy_loss", "gspo_policy_loss", "gspo_token_policy_loss", "mwer_policy_loss",
     "POLICY_LOSSES", "PolicyLossSpec", "KL_ESTIMATORS", "kl_estimate",
     "kl_loss", "reward_kl_penalty", "value_loss", "entropy_loss", "FixedKLController", "AdaptiveKLController",
@@ -39,69 +40,15 @@ class LossOutput:
         metrics: python floats, keys namespaced like "policy/clip_frac".
         aux: a further scalar term that is a plain mean per micro-batch whatever the mode (e.g. the
             cross-entropy on references); the update averages it over micro-batches. None = none.
+        parts: `loss` split by the `loss_agg_mode` each part was aggregated with (the parts sum to
+            `loss`), so that the update weighs each by its mode's count over the optimiser step
+            (`agg_count`); None = all of `loss` by the update's `loss_agg_mode`.
     """
 
     loss: Tensor
     metrics: dict[str, float]
     aux: Tensor | None = None
-
-
-@dataclass(frozen=True)
-class AggSpec:
-    """What a loss aggregation declares.
-
-    Attributes:
-        token_weighted: the loss is a mean over all the minibatch's tokens, so each micro-batch's
-            loss weighs by its token count in the optimiser step (else every micro-batch weighs the same).
-    """
-
-    token_weighted: bool = False
-
-
-# `fn(x, m) -> scalar`: x ``(N, T)`` the per-token loss, 0 at padding; m ``(N, T)`` the bool mask.
-LOSS_AGG_MODES: Registry[Callable[[Tensor, Tensor], Tensor]] = Registry("loss_agg_mode", AggSpec)
-
-
-@LOSS_AGG_MODES.register("token-mean", token_weighted=True)
-def _token_mean(x: Tensor, m: Tensor) -> Tensor:
-    return x.sum() / m.sum().clamp(min=1)
-
-
-@LOSS_AGG_MODES.register("seq-mean-token-mean")
-def _seq_mean_token_mean(x: Tensor, m: Tensor) -> Tensor:
-    per_seq = x.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
-    has_tokens = m.any(dim=-1)
-    return _where(has_tokens, per_seq).sum() / has_tokens.sum().clamp(min=1)
-
-
-@LOSS_AGG_MODES.register("seq-mean-token-sum")
-def _seq_mean_token_sum(x: Tensor, m: Tensor) -> Tensor:
-    return x.sum(dim=-1).mean()
-
-
-def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
-    """Reduce a per-token loss to a scalar (verl `agg_loss`).
-
-    - "token-mean": sum over all valid tokens / number of valid tokens (DAPO, arXiv:2503.14476: long
-      sequences weigh by their length).
-    - "seq-mean-token-mean": mean over sequences of each sequence's token mean (GRPO paper,
-      arXiv:2402.03300); sequences with no valid token are left out of the mean.
-    - "seq-mean-token-sum": mean over all N sequences of each sequence's token sum (Dr. GRPO,
-      arXiv:2503.20783: a constant normaliser, no length bias).
-
-    Args:
-        loss_mat: ``(N, T)`` per-token loss; anything at padding.
-        mask: ``(N, T)`` response mask.
-        mode: a name in `LOSS_AGG_MODES`.
-
-    Returns:
-        Scalar; 0 (still differentiable) when there is no valid token.
-    """
-    fn = LOSS_AGG_MODES.get(mode)
-    if loss_mat.shape != mask.shape:
-        raise ValueError(f"loss_mat {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} differ in shape")
-    m = mask.bool()
-    return fn(_where(m, loss_mat), m)
+    parts: dict[str, Tensor] | None = None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -307,9 +254,16 @@ def mwer_policy_loss(x: PolicyLossInputs) -> LossOutput:
 # ---------------------------------------------------------------------------------------------------
 
 def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
-            loss_agg_mode: str = "token-mean", clamp: float | None = 10.0) -> LossOutput:
+            loss_agg_mode: str = "token-mean", clamp: float | None = 10.0, old_logp: Tensor | None = None,
+            unbiased_gradient: bool = False) -> LossOutput:
     """KL-to-reference term added to the loss (GRPO's `use_kl_loss`, Shao et al. 2024, arXiv:2402.03300,
     which uses k3); the caller multiplies by the KL coefficient.
+
+    With `unbiased_gradient` (OpenRLHF 0.11.2 `--algo.kl.unbiased_gradient`) the value stays the
+    estimator's, and the gradient becomes that of w * k1^2 / 2, i.e. w * k1 * grad(logp) with
+    w = min(pi / pi_old, 10) detached: the score-function gradient of KL(pi || ref), importance-weighted
+    for tokens sampled by the old policy (Schulman, http://joschu.net/blog/kl-approx.html: k2's
+    pathwise gradient is k1's score-function one). Every estimator then has this same gradient.
 
     Args:
         logp: ``(N, T)`` policy log-probs (with grad).
@@ -318,14 +272,26 @@ def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
         estimator: one of `KL_ESTIMATORS`.
         loss_agg_mode: one of `LOSS_AGG_MODES`.
         clamp: bound on the per-token estimate (see `kl_estimate`).
+        old_logp: ``(N, T)`` log-probs of the policy that sampled (for w); None = w = 1.
+        unbiased_gradient: see above.
 
     Returns:
         `LossOutput` with metric "kl/loss" (the aggregated estimate, before the coefficient).
     """
     m = mask.bool()
-    kl = kl_estimate(_where(m, logp), _where(m, ref_logp), estimator, clamp)
+    lp, ref = _where(m, logp), _where(m, ref_logp)
+    kl = kl_estimate(lp, ref, estimator, clamp)
+    if unbiased_gradient:
+        w = 1.0 if old_logp is None else torch.exp(
+            (lp.float() - _where(m, old_logp).float()).clamp(max=_MAX_LOG_RATIO)).clamp(max=KL_IS_WEIGHT_CLIP).detach()
+        surrogate = w * (lp.float() - ref.float()).pow(2) / 2
+        kl = kl.detach() + surrogate - surrogate.detach()  # straight-through: value kl, gradient surrogate's
     loss = aggregate_loss(kl, m, loss_agg_mode)
     return LossOutput(loss=loss, metrics={"kl/loss": loss.item()})
+
+
+# the bound on w = pi / pi_old of the unbiased KL gradient (OpenRLHF 0.11.2 `KL_IS_WEIGHT_CLIP`)
+KL_IS_WEIGHT_CLIP = 10.0
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from asr_rl.algos.advantages import _grouped, clip_rewards  # noqa: F401 (re-exported)
@@ -65,3 +66,49 @@ def normalize_then_sum(terms: Tensor, weights: Tensor, group_size: int, eps: flo
     g = _grouped(terms.reshape(-1).float(), group_size, "normalize_then_sum").view(K, N // group_size, group_size)
     z = (g - g.mean(dim=-1, keepdim=True)) / (g.std(dim=-1, keepdim=True) + eps)
     return (weights.float().view(K, 1, 1) * z).sum(dim=0).reshape(N)
+
+
+def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer_len: float, factor: float = 1.0) -> Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476; OpenRLHF 0.11.2
+    `apply_overlong_penalty`): -min(L - (max_new_tokens - buffer_len), buffer_len) / buffer_len * factor
+    for a response of L > max_new_tokens - buffer_len tokens, 0 otherwise; added to its reward. An
+    ASR output that loops until `max_new_tokens` loses the whole `factor`.
+
+    Args:
+        lengths: ``(N,)`` response lengths in tokens (EOS included when emitted).
+        max_new_tokens: the rollout's length limit.
+        buffer_len: the penalty ramps over the last `buffer_len` tokens before the limit.
+        factor: the largest penalty.
+
+    Returns:
+        ``(N,)`` the penalty, <= 0.
+    """
+    if not 0 < buffer_len <= max_new_tokens:
+        raise ValueError(f"overlong_buffer_len must be in (0, max_new_tokens={max_new_tokens}], got {buffer_len}")
+    exceed = (lengths.float() - (max_new_tokens - buffer_len)).clamp(max=buffer_len)
+    return torch.where(exceed > 0, -exceed / buffer_len * factor, torch.zeros_like(exceed))
+
+
+def stop_properly(rewards: Tensor, truncated: Tensor, coef: float) -> Tensor:
+    """ProRL's stop-properly penalty (Liu et al. 2025, arXiv:2505.24864; OpenRLHF 0.11.2
+    `apply_stop_properly_penalty`): the reward of a response cut at the length limit without EOS is
+    multiplied by `coef` in [0, 1], or replaced by `coef` when it is negative.
+
+    Args:
+        rewards: ``(N,)``.
+        truncated: ``(N,)`` bool, the response hit the length limit without ending.
+        coef: as above.
+
+    Returns:
+        ``(N,)`` the rewards, the truncated ones penalised.
+    """
+    if coef > 1:
+        raise ValueError(f"stop_properly_penalty_coef must be in [0, 1] (a scale) or < 0 (a reward), got {coef}")
+    penalised = torch.full_like(rewards, coef) if coef < 0 else rewards * coef
+    return torch.where(truncated.bool(), penalised, rewards)
+
+
+def in_band(mean_reward: float, band: tuple[float, ...] | None) -> bool:
+    """Whether a group's mean reward lies strictly inside `band` = (low, high) (OpenRLHF 0.11.2
+    `--algo.dynamic_filtering_range`: `min_r < avg_reward < max_r`); None = any."""
+    return band is None or band[0] < mean_reward < band[1]

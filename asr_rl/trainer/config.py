@@ -1,6 +1,7 @@
 """Configs of the trainers. Defaults live here and only here (those of the `optim` section every
 trainer shares in trainer/strategy.py, beside the optimiser; the early-stopping keys in
-trainer/run/early_stopping.py, beside the patience count); option names follow OpenRLHF where it
+trainer/run/early_stopping.py, beside the patience count; the `model` and `eval` sections in
+trainer/model_config.py); option names follow OpenRLHF where it
 has one (micro_train_batch_size, lr_warmup_ratio, max_norm, ...)."""
 from __future__ import annotations
 
@@ -15,57 +16,7 @@ from asr_rl.data.signal_sampler import RLDataConfig
 from asr_rl.trainer.run.early_stopping import EarlyStoppingConfig
 from asr_rl.trainer.strategy import AdamWConfig, OptimConfig
 from asr_rl.trainer.distributed.config import DistributedConfig  # noqa: F401 (re-exported)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """How the policy is loaded and which parameters train.
-
-    Attributes:
-        force_language: prefill `language <Name><asr_text>` from the manifest, so the model writes only
-            the transcript; otherwise it writes its own language tag (needed for language accuracy).
-        freeze_encoder: freeze the audio encoder (the family's default patterns); null = the
-            checkpoint decides: frozen unless `model init` initialised the encoder randomly
-            (`asr_rl.json`). RL always keeps it frozen.
-        freeze_patterns: extra fnmatch patterns of parameter names to freeze.
-        lora_rank: >0 adds LoRA adapters (peft) to the LLM's attention/MLP projections.
-        lora_alpha: LoRA scaling numerator.
-        lora_target_modules: module-name suffixes that get adapters.
-        dtype: `float32` or `bfloat16` weights.
-        encoder_cache: a file of frozen-encoder states shared by runs: read at the start when it was
-            written by the same encoder and prompt format (else ignored), written at the end of SFT,
-            so that GRPO from that SFT does not run the encoder again for what SFT already encoded.
-            In memory the states of a run are always cached while the encoder is frozen.
-        shared_prefix: the n responses of a prompt share one forward of it (rollout prefill, log-prob
-            passes, update; exact); false repeats the prompt per response (the reference path).
-    """
-
-    force_language: bool = False
-    freeze_encoder: bool | None = None
-    freeze_patterns: tuple[str, ...] = ()
-    lora_rank: int = setting(0, ge=0, note="0 = no LoRA")
-    lora_alpha: int = setting(16, gt=0)
-    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    encoder_cache: str | None = None
-    shared_prefix: bool = True
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """Periodic evaluation on `eval_manifest` during training.
-
-    Attributes:
-        eval_batch_size: utterances per decoding batch.
-        eval_max_samples: evaluate at most this many utterances (the first ones), 0 = all.
-        num_beams: 1 = greedy.
-        eval_max_new_tokens: decoding length limit.
-    """
-
-    eval_batch_size: int = setting(32, ge=1)
-    eval_max_samples: int = setting(200, ge=0, note="0 = all")
-    num_beams: int = setting(1, ge=1)
-    eval_max_new_tokens: int = setting(96, ge=1)
+from asr_rl.trainer.model_config import EvalConfig, ModelConfig  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -122,6 +73,10 @@ class RolloutConfig:
             policy's own generate) or `vllm`; checked at load.
         dynamic_filtering: drop groups whose rewards all tie (zero advantage for every sample) and
             refill the batch (DAPO, arXiv:2503.14476); null = on for group estimators, off otherwise.
+        dynamic_filtering_range: [low, high]: with dynamic filtering on, also drop the groups whose mean
+            reward (over the sampled members) is not strictly inside (OpenRLHF
+            `--algo.dynamic_filtering_range`, which reads the reward's scores; [0, 1] with 0/1 rewards
+            is DAPO's filter). null = ties only.
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
         async_enable: engine actors (`distributed.vllm_num_engines`, HF or vLLM) generate the next
             batches while the trainer updates (OpenRLHF `async_enable`); Ray only.
@@ -141,6 +96,7 @@ class RolloutConfig:
     max_new_tokens: int = setting(64, ge=1)
     engine: str = "hf"
     dynamic_filtering: bool | None = None
+    dynamic_filtering_range: tuple[float, ...] | None = None
     max_filter_rounds: int = setting(3, ge=0)
     async_enable: bool = False
     async_queue_size: int = setting(1, ge=0, le=8, note="samples more than a few updates stale train poorly")
@@ -150,6 +106,9 @@ class RolloutConfig:
         from asr_rl.trainer.rl.engines import ROLLOUT_ENGINES  # checked at load, before any model loads
 
         ROLLOUT_ENGINES.check(self.engine)
+        band = self.dynamic_filtering_range
+        if band is not None and (len(band) != 2 or not band[0] < band[1]):
+            raise ValueError(f"rollout.dynamic_filtering_range must be [low, high] with low < high, got {list(band)}")
         if self.mode == "beam" and not ROLLOUT_ENGINES.spec(self.engine).beam_search:
             raise ValueError(f"rollout.mode=beam needs an engine that returns the beam N-best (EngineSpec.beam_search: "
                              f"{', '.join(ROLLOUT_ENGINES.where(beam_search=True))}); rollout.engine={self.engine} "
@@ -174,15 +133,32 @@ class AlgoConfig:
         eps_clip: symmetric clip range of the ratio.
         eps_clip_low_high: asymmetric [low, high] clip range; overrides eps_clip when set.
         dual_clip: dual-clip constant c > 1 for negative advantages (null = off).
-        loss_agg_mode: token-mean | seq-mean-token-mean | seq-mean-token-sum.
+        loss_agg_mode: token-mean | seq-mean-token-mean | seq-mean-token-sum, of the policy loss; each
+            a mean over the whole optimiser step (all micro-batches and ranks).
+        kl_entropy_value_agg_mode: how the KL-loss, entropy and critic (value) terms aggregate:
+            token-mean (OpenRLHF 0.11.2, whatever its policy loss's mode), or null = as
+            `loss_agg_mode` (verl; the GRPO objective, arXiv:2402.03300 eq. 3, puts the KL term inside
+            each sequence's 1/|o_i| mean, so a GRPO recipe from verl keeps its KL weighting).
         init_kl_coef: KL coefficient; a reward penalty, or a loss term when `use_kl_loss`.
         use_kl_loss: put KL in the loss (GRPO) instead of the reward.
         kl_estimator: k1 | k2 | k3.
         kl_target: adaptive KL controller target (null = fixed coefficient).
         kl_horizon: adaptive KL controller horizon.
+        kl_unbiased_gradient: the KL-loss term keeps its estimator's value and takes the gradient
+            w * k1 * grad(logp), w = pi / pi_old (at most 10): the unbiased gradient of KL(pi || ref)
+            for tokens the old policy sampled, the same for every estimator (OpenRLHF
+            `--algo.kl.unbiased_gradient`; algos/losses.py `kl_loss`).
         kl_clamp: bound on the per-token KL estimate, |kl| <= kl_clamp (OpenRLHF: 10); null = none.
         reward_clip_range: [low, high] the sequence rewards are clipped to before any advantage
             (OpenRLHF `--reward_clip_range`, default [-10, 10]); null = no clipping.
+        overlong_buffer_len: DAPO's soft overlong punishment (arXiv:2503.14476; OpenRLHF
+            `--reward.overlong_buffer_len`): a response longer than max_new_tokens - this many tokens
+            loses min(excess, buffer) / buffer * `overlong_penalty_factor` of reward (an ASR output
+            that loops until max_new_tokens loses the whole factor); null = off.
+        overlong_penalty_factor: the largest overlong penalty.
+        stop_properly_penalty_coef: ProRL's penalty on responses cut at max_new_tokens without EOS
+            (arXiv:2505.24864; OpenRLHF `--reward.stop_properly_penalty_coef`): in [0, 1] their
+            reward is multiplied by it, below 0 it replaces their reward; null = off.
         group_std_eps: added to the group std of "group_norm" (verl 1e-6; OpenRLHF 1e-9). A mean-only
             baseline (no std division) is the "dr_grpo" estimator.
         reward_aggregation: how the built-in reward terms combine before the advantage: "sum" (the
@@ -190,11 +166,12 @@ class AlgoConfig:
             its group, then the weighted sum: GDPO, TRL `multi_objective_aggregation`).
         rollout_correction: correct the rollout/trainer mismatch with per-token importance weights
             between the trainer's and the rollout engine's log-probs (trainer/rollout_correction.py):
-            tis | icepop | token_mis | seq_mis | seq_mask_tis; null = off (the mismatch is still
-            logged as rollout_corr/kl). OpenRLHF `--algo.advantage.is_correction_enable` with
-            `is_correction_type` tis | icepop | seq-mask-tis.
+            tis | icepop | token_mis | seq_mis | seq_mask_tis (gated on the ratio) | token_binary_kl |
+            seq_binary_kl | token_tv | seq_tv (gated on a divergence); null = off (the mismatch is still
+            logged as rollout_corr/kl). OpenRLHF 0.11.2 `--algo.advantage.is_correction_level/mode/
+            gating` (README "Coming from OpenRLHF" maps each combination).
         rollout_correction_threshold: [low, high] of the correction (OpenRLHF
-            `is_correction_threshold`, default [0.5, 5.0]).
+            `is_correction_threshold`, default [0.5, 5.0]); a divergence gate takes [0, high].
         entropy_coef: entropy bonus weight (0 = off).
         gamma: discount.
         lambd: GAE lambda.
@@ -218,13 +195,18 @@ class AlgoConfig:
     eps_clip_low_high: tuple[float, ...] | None = setting(None, ge=0)
     dual_clip: float | None = setting(None, gt=1)
     loss_agg_mode: str = "token-mean"
+    kl_entropy_value_agg_mode: str | None = "token-mean"
     init_kl_coef: float = setting(0.02, ge=0)
     use_kl_loss: bool = True
     kl_estimator: str = "k3"
     kl_target: float | None = setting(None, gt=0)
     kl_horizon: int = setting(10000, ge=1)
+    kl_unbiased_gradient: bool = False
     kl_clamp: float | None = setting(10.0, gt=0)
     reward_clip_range: tuple[float, ...] | None = (-10.0, 10.0)
+    overlong_buffer_len: float | None = setting(None, gt=0)
+    overlong_penalty_factor: float = setting(1.0, ge=0)
+    stop_properly_penalty_coef: float | None = setting(None, le=1)
     group_std_eps: float = setting(1e-6, gt=0)
     reward_aggregation: str = "sum"
     rollout_correction: str | None = None
@@ -250,6 +232,8 @@ class AlgoConfig:
         POLICY_LOSSES.check(self.policy_loss)
         KL_ESTIMATORS.check(self.kl_estimator)
         LOSS_AGG_MODES.check(self.loss_agg_mode)
+        if self.kl_entropy_value_agg_mode is not None:
+            LOSS_AGG_MODES.check(self.kl_entropy_value_agg_mode)
         REWARD_AGGREGATIONS.check(self.reward_aggregation)
         if self.rollout_correction is not None:
             ROLLOUT_CORRECTIONS.check(self.rollout_correction)
@@ -257,9 +241,17 @@ class AlgoConfig:
         if len(t) != 2 or not 0 <= t[0] < t[1]:
             raise ValueError(f"algo.rollout_correction_threshold must be [low, high] with 0 <= low < high, "
                              f"got {list(t)}")
+        if self.rollout_correction and ROLLOUT_CORRECTIONS.spec(self.rollout_correction).upper_only and t[0] > 0:
+            raise ValueError(f"algo.rollout_correction={self.rollout_correction} bounds a divergence from above only: "
+                             f"set algo.rollout_correction_threshold=[0, {t[1]}] (e.g. [0, 0.01])")
         r = self.reward_clip_range
         if r is not None and (len(r) != 2 or not r[0] < r[1]):
             raise ValueError(f"algo.reward_clip_range must be [low, high] with low < high, got {list(r)}")
+
+    @property
+    def term_agg_mode(self) -> str:
+        """The mode of the KL-loss, entropy and value terms (`kl_entropy_value_agg_mode`, resolved)."""
+        return self.kl_entropy_value_agg_mode or self.loss_agg_mode
 
     @property
     def spec(self):

@@ -286,7 +286,7 @@ def test_every_estimator_shapes_zero_padding_and_nan_padding_inputs(name):
 
 def test_group_estimators_listed():
     assert set(GROUP_ESTIMATORS) == {"group_norm", "dr_grpo", "rloo", "reinforce_baseline", "mwer"}
-    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "reinforce", *GROUP_ESTIMATORS}
+    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "reinforce", "flash_reinforce", *GROUP_ESTIMATORS}
 
 
 # --------------------------------------------------------------------------- errors
@@ -430,3 +430,13 @@ def test_module_imports_only_torch_stdlib_and_the_registry():
     ours = {"asr_rl.registry", "asr_rl.algos.masked"}
     assert {m.split(".")[0] for m in mods - ours} <= {"__future__", "dataclasses", "typing", "torch"}, mods
     assert _imports(asr_rl.registry.__file__) <= {"__future__", "collections.abc", "dataclasses", "typing"}
+
+
+def test_flash_reinforce_subtracts_the_batch_mean_and_does_not_whiten():
+    # rewards 1, 2, 3, 6 (mean 3): r' = -2, -1, 0, 3 at every valid token (gamma 1, no KL), group_size
+    # ignored (1: FlashREINFORCE's single-sample regime); no whitening, so the scale stays
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]])
+    out = compute_advantages("flash_reinforce", AdvantageInputs(torch.tensor([1.0, 2.0, 3.0, 6.0]), mask, 1))
+    assert out.advantages.tolist() == [[-2, -2, 0], [-1, 0, 0], [0, 0, 0], [3, 0, 0]]
+    assert out.returns.tolist() == out.advantages.tolist() and out.shaped_rewards.tolist() == [-2, -1, 0, 3]
+    assert not ADVANTAGE_ESTIMATORS.spec("flash_reinforce").grouped  # no group: n_samples_per_prompt=1 is fine

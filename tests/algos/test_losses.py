@@ -382,16 +382,18 @@ def test_module_imports_only_torch_stdlib_and_advantages():
     mods = {(a.name if isinstance(n, ast.Import) else n.module)
             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert mods <= {"__future__", "dataclasses", "typing", "torch", "asr_rl.registry", "asr_rl.algos.kl",
-                    "asr_rl.algos.masked", "asr_rl.algos.off_policy", "asr_rl.algos.mwer"}, mods
+                    "asr_rl.algos.masked", "asr_rl.algos.off_policy", "asr_rl.algos.mwer", "asr_rl.algos.aggregation"}, mods
+    import asr_rl.algos.aggregation as agg_mod
     import asr_rl.algos.kl as kl_mod
     import asr_rl.algos.masked as masked_mod
 
-    for mod in (kl_mod, masked_mod):
+    for mod in (kl_mod, masked_mod, agg_mod):
         tree = ast.parse(Path(mod.__file__).read_text())
         imported = {(a.name if isinstance(n, ast.Import) else n.module)
                     for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
         # the registry is stdlib only (the KL estimators are one)
-        assert imported <= {"__future__", "collections.abc", "torch", "asr_rl.registry", "asr_rl.algos.masked"}, \
+        assert imported <= {"__future__", "collections.abc", "dataclasses", "typing", "torch", "asr_rl.registry",
+                            "asr_rl.algos.masked"}, \
             (mod.__name__, imported)
 
 
@@ -403,3 +405,24 @@ def test_reward_kl_penalty_by_hand():
     assert metrics == {"kl/mean": pytest.approx(0.5)}
     assert reward_kl_penalty(old, ref, mask, "k1", coef=0.0)[0] is None  # KL in the loss: measured only
     assert reward_kl_penalty(None, ref, mask) == (None, {})
+
+
+def test_kl_unbiased_gradient_keeps_the_value_and_takes_w_times_k1():
+    # token 0: logp -1, ref -2, old -1.5: k1 = 1, w = exp(0.5) = 1.64872; k3 = e^-1 - 1 + 1 = 0.367879
+    # token 1: logp -0.1, ref -0.6, old -3: k1 = 0.5, w = exp(2.9) = 18.17 -> clipped to 10;
+    #          k3 = e^-0.5 - 1 + 0.5 = 0.106531
+    # token-mean over 2 tokens: value (0.367879 + 0.106531) / 2, gradient w * k1 / 2 = 0.824361, 2.5
+    logp = torch.tensor([[-1.0, -0.1]], requires_grad=True)
+    ref, old, mask = torch.tensor([[-2.0, -0.6]]), torch.tensor([[-1.5, -3.0]]), torch.ones(1, 2)
+    out = kl_loss(logp, ref, mask, "k3", old_logp=old, unbiased_gradient=True)
+    out.loss.backward()
+    assert float(out.loss.detach()) == pytest.approx((0.367879 + 0.106531) / 2, abs=1e-6)
+    assert logp.grad[0].tolist() == pytest.approx([0.824361, 2.5], abs=1e-6)
+    # every estimator: the same gradient; off (the default), k3's own gradient (1 - e^-k1) / 2
+    for est in ("k1", "k2"):
+        lp = logp.detach().clone().requires_grad_()
+        kl_loss(lp, ref, mask, est, old_logp=old, unbiased_gradient=True).loss.backward()
+        assert lp.grad[0].tolist() == pytest.approx([0.824361, 2.5], abs=1e-6)
+    lp = logp.detach().clone().requires_grad_()
+    kl_loss(lp, ref, mask, "k3").loss.backward()
+    assert lp.grad[0].tolist() == pytest.approx([(1 - math.exp(-1)) / 2, (1 - math.exp(-0.5)) / 2], abs=1e-6)

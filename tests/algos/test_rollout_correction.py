@@ -51,7 +51,7 @@ def test_extreme_ratios_give_finite_weights_and_zero_at_padding():
 def test_bad_threshold_and_name_are_named():
     with pytest.raises(ValueError, match="0 <= low < high"):
         rollout_correction("tis", OLD, ROLLOUT, MASK, (5.0, 0.5))
-    with pytest.raises(ValueError, match="unknown rollout correction 'tiss'; valid: icepop, seq_mask_tis, seq_mis"):
+    with pytest.raises(ValueError, match="unknown rollout correction 'tiss'; valid: icepop, seq_binary_kl, seq_mask_tis, seq_mis"):
         rollout_correction("tiss", OLD, ROLLOUT, MASK, (0.5, 5.0))
 
 
@@ -87,3 +87,31 @@ def test_mismatch_metrics_by_hand():
     k3 = ((math.e - 1 - 1) + (math.exp(-0.5) - 1 + 0.5)) / 2
     assert m["rollout_corr/k3_kl"] == pytest.approx(k3, rel=1e-6)
     assert m["rollout_corr/max_abs_log_ratio"] == pytest.approx(1.0)
+
+
+# engine probability p = 0.5 on both tokens, trainer q = 0.6 and 0.5 (rho = q / p = 1.2, 1):
+# binary KL of token 0 = 0.5 ln(0.5/0.6) + 0.5 ln(0.5/0.4) = 0.5 (-0.18232 + 0.22314) = 0.020411,
+# token 1: 0; TV |p - q| = 0.1 and 0. Per sequence: binary KL 0.010206, TV 0.05.
+P_OLD = torch.tensor([[LOG(0.6), LOG(0.5)]])
+P_ROLLOUT = torch.tensor([[LOG(0.5), LOG(0.5)]])
+
+
+@pytest.mark.parametrize("name, high, expected", [
+    ("token_binary_kl", 0.03, [1.2, 1.0]), ("token_binary_kl", 0.02, [0.0, 1.0]),
+    ("token_tv", 0.11, [1.2, 1.0]), ("token_tv", 0.09, [0.0, 1.0]),
+    ("seq_binary_kl", 0.0103, [1.2, 1.0]), ("seq_binary_kl", 0.0101, [0.0, 0.0]),
+    ("seq_tv", 0.051, [1.2, 1.0]), ("seq_tv", 0.049, [0.0, 0.0]),
+])
+def test_divergence_gates_by_hand(name, high, expected):
+    w = rollout_correction(name, P_OLD, P_ROLLOUT, torch.ones(1, 2), (0.0, high)).weights
+    assert w[0].tolist() == pytest.approx(expected, abs=1e-6)
+    assert ROLLOUT_CORRECTIONS.spec(name).upper_only and not ROLLOUT_CORRECTIONS.spec("icepop").upper_only
+
+
+def test_a_divergence_gate_refuses_a_lower_bound_at_load():
+    from asr_rl.trainer.config import AlgoConfig
+
+    with pytest.raises(ValueError, match=r"bounds a divergence from above only: set "
+                                         r"algo.rollout_correction_threshold=\[0, 5.0\]"):
+        AlgoConfig(rollout_correction="seq_binary_kl")
+    assert AlgoConfig(rollout_correction="seq_binary_kl", rollout_correction_threshold=(0.0, 0.01))

@@ -54,7 +54,7 @@ class TrainerRank:
         self.core = PolicyRank(cfg, policy, ref, critic, actor, critic_strategy, engine, rank=self.rank,
                                world_size=self.world_size)
         self.policy, self.actor = policy, actor
-        return {"pad_id": policy.pad_id, "rank": self.rank, "pid": os.getpid()}
+        return {"pad_id": policy.pad_id, "eos_id": policy.eos_id, "rank": self.rank, "pid": os.getpid()}
 
     def report_memory(self, longest, device: str) -> None:
         """Log this rank's estimate (ZeRO partitioning included) and warn when it will not fit."""

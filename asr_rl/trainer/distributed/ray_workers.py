@@ -61,6 +61,7 @@ class RayWorkers:
         colocated = (needs_ref and self.ref is None, needs_critic and self.critic is None)
         info = self.policy.call_all("setup", cfg, ctx.device, *colocated, text)
         self.pad_id = info[0]["pad_id"]
+        self.eos_id = info[0]["eos_id"]
         from asr_rl.models.codec import ResponseCodec
 
         self.codec = ResponseCodec.from_pretrained(cfg.pretrain, cfg.model.force_language)  # tokenizer only

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from asr_rl.models.audio_policy import Responses
 from asr_rl.trainer.config import AlgoConfig
-from asr_rl.algos.losses import (LOSS_AGG_MODES, POLICY_LOSSES, LossOutput, compute_policy_loss, entropy_loss,
-                                 kl_loss, masked_mean, value_loss)
+from asr_rl.algos.losses import (LOSS_AGG_MODES, POLICY_LOSSES, LossOutput, agg_count, compute_policy_loss,
+                                 entropy_loss, kl_loss, masked_mean, value_loss)
 from asr_rl.algos.mwer import ended_with_eos
 from asr_rl.trainer.rl.group_loss import epoch_order
 from asr_rl.algos.entropy_tokens import high_entropy_tokens
@@ -52,7 +52,8 @@ def forward_values(critic, exp: Experience, micro_size: int) -> torch.Tensor:
 
 
 def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_coef: float) -> LossOutput:
-    """Policy loss (+ KL loss - entropy bonus) of one micro-batch."""
+    """Policy loss (+ KL loss - entropy bonus) of one micro-batch; the policy loss aggregated by
+    `algo.loss_agg_mode`, the KL and entropy terms by `algo.term_agg_mode` (`LossOutput.parts`)."""
     prompts = policy.embed_rows(mb.prompt_rows)  # shared by the policy loss and the CE term
     logp, entropy = micro_logprobs(policy, mb, temperature, with_entropy=True, prompts=prompts)
     mask = mb.response_mask.to(logp.device)
@@ -68,23 +69,30 @@ def actor_loss(policy, mb: MicroBatch, algo: AlgoConfig, temperature: float, kl_
                               rollout_logp=rollout_logp, off_policy=off,
                               group_index=mb.prompt_index.to(logp.device),  # a group is a prompt's rows
                               ended=ended_with_eos(mb.response_ids, mb.response_mask, policy.eos_id).to(logp.device))
-    loss, metrics = out.loss, {**out.metrics, **corr_metrics, **token_metrics}
+    metrics = {**out.metrics, **corr_metrics, **token_metrics}
+    # a grouped loss is a mean over the micro-batch's whole groups, all of one size: it weighs by rows
+    policy_mode = "seq-mean-token-sum" if POLICY_LOSSES.spec(algo.policy_loss).grouped else algo.loss_agg_mode
+    term_mode = algo.term_agg_mode
+    terms = torch.zeros((), device=logp.device)  # the KL and entropy terms, aggregated by `term_mode`
     if algo.use_kl_loss and mb.ref_logp is not None:
         # measured even at coefficient 0: the adaptive controller and the logs read it
-        kl = kl_loss(logp, mb.ref_logp.to(logp.device), on, algo.kl_estimator, algo.loss_agg_mode, algo.kl_clamp)
+        kl = kl_loss(logp, mb.ref_logp.to(logp.device), on, algo.kl_estimator, term_mode, algo.kl_clamp,
+                     old_logp=old, unbiased_gradient=algo.kl_unbiased_gradient)
         if kl_coef > 0:
-            loss = loss + kl_coef * kl.loss
+            terms = terms + kl_coef * kl.loss
         metrics.update(kl.metrics)
-    ent = entropy_loss(entropy, mask, algo.loss_agg_mode)
+    ent = entropy_loss(entropy, mask, term_mode)
     if algo.entropy_coef:
-        loss = loss - algo.entropy_coef * ent
+        terms = terms - algo.entropy_coef * ent
     metrics["policy/entropy"] = float(ent.detach())
+    parts = {policy_mode: out.loss}
+    parts[term_mode] = parts.get(term_mode, 0.0) + terms
     aux = None
     if algo.sft_coef > 0:  # a mean over reference tokens, not over response tokens: kept apart
         ce = reference_ce(policy, mb, prompts)
         aux = algo.sft_coef * ce
         metrics["actor/sft_ce"] = float(ce.detach())
-    return LossOutput(loss, metrics, aux)
+    return LossOutput(sum(parts.values()), metrics, aux, parts)
 
 
 def _entropy_tokens(advantages: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, algo: AlgoConfig):
@@ -139,9 +147,9 @@ def critic_update(critic, strategy, exp: Experience, algo: AlgoConfig, micro_siz
     def loss_fn(mb: MicroBatch) -> LossOutput:
         values = critic.values(mb.prompt_rows, mb.prompt_index, Responses(mb.response_ids, mb.response_mask, []))
         return value_loss(values, mb.values, mb.returns, mb.response_mask, value_clip=algo.value_clip,
-                          loss_agg_mode=algo.loss_agg_mode)
+                          loss_agg_mode=algo.term_agg_mode)
     return _epochs(exp, algo.max_epochs, micro_size, train_size, seed, strategy, loss_fn, prefix="critic",
-                   loss_agg_mode=algo.loss_agg_mode)
+                   loss_agg_mode=algo.term_agg_mode)
 
 
 def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed: int, strategy, loss_fn,
@@ -159,14 +167,19 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
             if not whole_groups:  # the minibatch's gradient is a sum over its rows in any order; sorted,
                 mini.sort()       # a micro-batch holds runs of a group, whose prompt then runs once
             micros = [mini[k:k + micro_size] for k in range(0, len(mini), micro_size)]
-            weights = micro_weights(exp, micros, loss_agg_mode, strategy)
-            for k, (idx, weight) in enumerate(zip(micros, weights)):
+            # every mode's weights, whichever the loss parts use: the all-reduces run in one order on every rank
+            weights = {mode: micro_weights([exp.response_mask[idx] for idx in micros], mode, strategy)
+                       for mode in LOSS_AGG_MODES}
+            for k, idx in enumerate(micros):
                 out = loss_fn(exp.select(idx))
                 if not torch.isfinite(out.loss) or (out.aux is not None and not torch.isfinite(out.aux)):
                     # stop before the bad gradient reaches the weights: the last checkpoint stays good
                     raise TrainingDiverged(f"{prefix} loss is {float(out.loss)} ({out.metrics}); stopping. The last "
                                            "checkpoint is intact: lower the learning rate or check the rewards")
-                total = out.loss * weight + (out.aux / len(micros) if out.aux is not None else 0.0)
+                parts = out.parts if out.parts is not None else {loss_agg_mode: out.loss}
+                total = sum(part * weights[mode][k] for mode, part in parts.items())
+                if out.aux is not None:
+                    total = total + out.aux / len(micros)
                 strategy.backward(total, last=k == len(micros) - 1)
                 for name, v in {f"{prefix}/loss": float(out.loss.detach()), **out.metrics}.items():
                     sums[name] = sums.get(name, 0.0) + float(v)
@@ -178,21 +191,24 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
     return metrics
 
 
-def micro_weights(exp: Experience, micros: list[list[int]], loss_agg_mode: str, strategy) -> list[float]:
-    """What each micro-batch's aggregated loss is multiplied by, so that the optimiser step's
-    gradient is the minibatch's loss (OpenRLHF, verl `loss_agg_mode`).
+def micro_weights(masks: list[torch.Tensor], loss_agg_mode: str, strategy) -> list[float]:
+    """What each micro-batch's loss, aggregated by `loss_agg_mode`, is multiplied by, so that the
+    optimiser step's gradient is that of the loss aggregated over all its micro-batches on all
+    data-parallel ranks (OpenRLHF 0.11.2 `iter_grad_accum_global_norm`, verl `loss_agg_mode`).
 
-    A token-weighted mode ("token-mean", `AggSpec.token_weighted`) is over every token of the
-    minibatch on every data-parallel rank: micro-batch i with t_i tokens weighs t_i / (T / W), T the
-    tokens of all W ranks (DeepSpeed then averages the ranks' gradients, dividing by W). Averaging
-    each micro-batch's own token mean instead would weigh the tokens of short responses more. The
-    seq-mean modes are means over sequences, equal-sized micro-batches: 1 / (number of micro-batches).
+    Micro-batch i holding c_i of the mode's units (`agg_count`: tokens, non-empty sequences or rows)
+    weighs c_i / (C / W), C the units of all W ranks' micro-batches (DeepSpeed then averages the
+    ranks' gradients, dividing by W). Averaging the micro-batches' own means instead would weigh
+    the units of a sparse micro-batch (few tokens, or few sequences after filtering) more.
+
+    Args:
+        masks: the ``(m_i, T)`` response masks of this rank's micro-batches of one optimiser step.
+        loss_agg_mode: a name in `LOSS_AGG_MODES`.
+        strategy: its `mean_over_ranks` all-reduces (every rank calls it together).
     """
-    if not LOSS_AGG_MODES.spec(loss_agg_mode).token_weighted:
-        return [1.0 / len(micros)] * len(micros)
-    tokens = [float(exp.response_mask[idx].sum()) for idx in micros]
-    per_rank = strategy.mean_over_ranks(sum(tokens))
-    return [t / per_rank if per_rank > 0 else 0.0 for t in tokens]
+    counts = [agg_count(loss_agg_mode, m) for m in masks]
+    per_rank = strategy.mean_over_ranks(sum(counts))
+    return [c / per_rank if per_rank > 0 else 0.0 for c in counts]
 
 
 __all__ = ["TrainingDiverged", "micro_weights", "micro_logprobs", "reference_ce", "forward_logprobs", "forward_values", "actor_loss", "ppo_update", "critic_update",

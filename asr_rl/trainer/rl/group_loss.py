@@ -31,11 +31,11 @@ def check_group_loss(cfg) -> None:
                          f"{a.advantage_estimator} gives a critic's per-token advantages: use advantage_estimator="
                          f"{'|'.join(ADVANTAGE_ESTIMATORS.where(baseline_in_loss=True))} (or a group estimator, "
                          "for a normalised risk)")
-    if LOSS_AGG_MODES.spec(a.loss_agg_mode).token_weighted:
-        seq = [m for m in LOSS_AGG_MODES if not LOSS_AGG_MODES.spec(m).token_weighted]
+    if LOSS_AGG_MODES.spec(a.loss_agg_mode).unit == "token":
+        seq = [m for m in LOSS_AGG_MODES if LOSS_AGG_MODES.spec(m).unit != "token"]
         raise ValueError(f"{name} is a mean over groups, and micro-batches of whole groups weigh equally; "
                          f"loss_agg_mode={a.loss_agg_mode} weighs them by their tokens: set algo.loss_agg_mode="
-                         f"{'|'.join(seq)} (the KL and entropy terms then are sequence means too)")
+                         f"{'|'.join(seq)}")
     if not loss.ratio and a.rollout_correction:
         raise ValueError(f"{name} has no importance ratio to correct: set algo.rollout_correction=null")
     if a.entropy_token_top_ratio < 1:

@@ -22,6 +22,7 @@ class Workers(Protocol):
     of it)."""
 
     pad_id: int
+    eos_id: int
     group_multiple: int
 
     def report_memory(self, longest, device: str) -> None:

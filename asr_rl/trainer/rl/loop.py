@@ -23,7 +23,8 @@ from asr_rl.algos.off_policy import on_policy_mask
 from asr_rl.trainer.run.metrics import timer
 from asr_rl.trainer.run.step_end import StepEnd
 from asr_rl.trainer.rl.interfaces import Workers
-from asr_rl.algos.reward_shaping import REWARD_AGGREGATIONS
+from asr_rl.algos.mwer import ended_with_eos
+from asr_rl.algos.reward_shaping import REWARD_AGGREGATIONS, in_band, overlong_penalty, stop_properly
 from asr_rl.trainer.rl.rollout import (Experience, Group, add_references, attach_rewards, build_experience,
                                        make_samples, merge_reward_outputs)
 
@@ -91,7 +92,7 @@ class RLTrainer:
                     logs[key] = logs.get(key, 0.0) + value
             self.loader.feedback([g.item for g in groups], [g.rewards for g in groups])  # filtered ones too
             seen += len(groups)
-            informative = [g for g in groups if g.informative] if self.cfg.dynamic_filtering else groups
+            informative = [g for g in groups if self.keep_group(g)] if self.cfg.dynamic_filtering else groups
             dropped += len(groups) - len(informative)
             kept += informative
             rounds += 1
@@ -107,6 +108,12 @@ class RLTrainer:
                              "rollout/groups_kept": keep, "rollout/rounds": rounds,
                              "rollout/version_lag": sum(lags) / len(lags),
                              **{f"reward/{k}": v / rounds for k, v in logs.items()}}
+
+    def keep_group(self, group: Group) -> bool:
+        """Dynamic filtering: the group's rewards do not all tie, and their mean over the sampled
+        members lies inside `rollout.dynamic_filtering_range` when set."""
+        sampled = [r for r, off in zip(group.rewards, group.off_policy or [False] * len(group.rewards)) if not off]
+        return group.informative and in_band(sum(sampled) / len(sampled), self.cfg.rollout.dynamic_filtering_range)
 
     def make_groups(self, items: list, rows: list, samples: list, version: int) -> list[Group]:
         """A group per prompt of its samples, and its reference transcript as an off-policy member
@@ -156,6 +163,7 @@ class RLTrainer:
             weights = torch.tensor(list(names.values()))
         rewards = REWARD_AGGREGATIONS.get(a.reward_aggregation)(exp.rewards, terms, weights, exp.group_size,
                                                                  a.group_std_eps)
+        rewards = self.length_penalties(rewards, exp)
         out = compute_advantages(a.advantage_estimator, AdvantageInputs(
             rewards=rewards, response_mask=mask, group_size=exp.group_size, values=exp.values,
             kl_penalty=kl_penalty, gamma=a.gamma, lambd=a.lambd, eps=a.group_std_eps, std_norm=a.advantage_std_norm,
@@ -164,6 +172,24 @@ class RLTrainer:
         metrics["advantages/mean"] = float(masked_mean(exp.advantages, mask))
         metrics["advantages/abs_mean"] = float(masked_mean(exp.advantages.abs(), mask))
         return metrics
+
+    def length_penalties(self, rewards: torch.Tensor, exp: Experience) -> torch.Tensor:
+        """`rewards` ``(N,)`` with DAPO's overlong and ProRL's stop-properly penalties on the sampled
+        rows, when set (before the estimator, as OpenRLHF 0.11.2 `apply_length_penalties`); a
+        reference member is not the policy's output and keeps its reward."""
+        a, limit = self.cfg.algo, self.cfg.rollout.max_new_tokens
+        if a.overlong_buffer_len is None and a.stop_properly_penalty_coef is None:
+            return rewards
+        sampled = ~exp.off_policy if exp.off_policy is not None else torch.ones(len(rewards), dtype=torch.bool)
+        lengths = exp.response_mask.sum(dim=-1)
+        if a.overlong_buffer_len is not None:
+            penalty = overlong_penalty(lengths, limit, a.overlong_buffer_len, a.overlong_penalty_factor)
+            rewards = rewards + torch.where(sampled, penalty, torch.zeros_like(penalty))
+        if a.stop_properly_penalty_coef is not None:
+            # cut at the limit: as long as it may be, and its last token is not EOS (vLLM's finish_reason "length")
+            ended = ended_with_eos(exp.response_ids, exp.response_mask, self.workers.eos_id)
+            rewards = stop_properly(rewards, sampled & (lengths >= limit) & ~ended, a.stop_properly_penalty_coef)
+        return rewards
 
     def _needs_old_logp(self, n_seqs: int) -> bool:
         """Old log-probs need a forward pass unless the update is a single on-policy step, or a KL

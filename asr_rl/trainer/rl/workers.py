@@ -51,6 +51,10 @@ class LocalWorkers:
     def pad_id(self) -> int:
         return self.policy.pad_id
 
+    @property
+    def eos_id(self) -> int:
+        return self.policy.eos_id
+
     def report_memory(self, longest, device: str) -> None:
         self.rank.report_memory(longest, device)
 

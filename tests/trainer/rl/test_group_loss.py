@@ -8,6 +8,7 @@ import torch
 
 from asr_rl.config import ConfigError, load_config
 from asr_rl.trainer.config import RLConfig
+from asr_rl.algos.losses import LossOutput
 from asr_rl.trainer.rl.actor import _epochs
 from asr_rl.trainer.rl.group_loss import epoch_order
 from asr_rl.trainer.rl.rollout import Group, build_experience
@@ -95,7 +96,7 @@ def test_the_update_gives_a_grouped_loss_micro_batches_of_whole_groups():
 
     def loss_fn(mb):
         seen.append((mb.response_ids[:, 0].tolist(), mb.prompt_index.tolist()))
-        return type("Out", (), {"loss": torch.tensor(0.0), "aux": None, "metrics": {}})()
+        return LossOutput(torch.tensor(0.0), {})
 
     _epochs(exp, 2, 4, 8, 0, _Strategy(), loss_fn, "actor", "seq-mean-token-mean", whole_groups=True)
     # 2 epochs x 2 micro-batches of 4 rows; epoch 0 orders the groups [2, 0, 1, 3] (seed 0, above):

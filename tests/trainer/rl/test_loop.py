@@ -78,23 +78,49 @@ def test_nan_loss_raises_before_the_optimizer_steps():
 
 
 @pytest.mark.parametrize("mode, expected_grad", [
-    # responses [4] and [1, 1, 1] (token values c), per-token loss w * c, one sequence per micro-batch:
-    #   token-mean over the minibatch: (4 + 1 + 1 + 1) / 4 tokens = 1.75
-    #   (the mean of the micro-batches' own token means would be (4/1 + 3/3) / 2 = 2.5)
-    #   seq-mean-token-mean: (4/1 + 3/3) / 2 = 2.5;  seq-mean-token-sum: (4 + 3) / 2 = 3.5
-    ("token-mean", 1.75), ("seq-mean-token-mean", 2.5), ("seq-mean-token-sum", 3.5)])
+    # responses [4], [1, 1, 1] and [2, 2] (token values c), per-token loss w * c; micro-batches of 2
+    # sequences, so the minibatch of 3 splits unevenly into {[4], [1, 1, 1]} and {[2, 2]}:
+    #   token-mean over the minibatch: (4 + 1 + 1 + 1 + 2 + 2) / 6 tokens = 11/6
+    #   (the mean of the micro-batches' own token means would be (7/4 + 4/2) / 2 = 1.875)
+    #   seq-mean-token-mean: (4/1 + 3/3 + 4/2) / 3 sequences = 7/3
+    #   (the mean of the micro-batches' own seq means would be ((4 + 1) / 2 + 2) / 2 = 2.25)
+    #   seq-mean-token-sum: (4 + 3 + 4) / 3 = 11/3
+    ("token-mean", 11 / 6), ("seq-mean-token-mean", 7 / 3), ("seq-mean-token-sum", 11 / 3)])
 def test_minibatch_loss_is_aggregated_over_all_its_micro_batches(mode, expected_grad):
     from asr_rl.algos.losses import aggregate_loss
 
     w = torch.nn.Parameter(torch.tensor(1.0))
-    exp = build_experience([Group(None, None, [[4], [1, 1, 1]], ["a", "b"], rewards=[0.0, 1.0])], 2, pad_id=0)
+    exp = build_experience([Group(None, None, [[4], [1, 1, 1], [2, 2]], ["a", "b", "c"], rewards=[0.0, 1.0, 2.0])],
+                           3, pad_id=0)
     grads = []
     strategy = _local_strategy(w)
     step = strategy.step
     strategy.step = lambda: (grads.append(float(w.grad)), step())[1]  # read the gradient the step applies
     loss_fn = lambda mb: LossOutput(aggregate_loss(w * mb.response_ids.float(), mb.response_mask, mode), {})  # noqa: E731
-    _epochs(exp, 1, 1, 2, 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
+    _epochs(exp, 1, 2, 3, 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
     assert grads == [pytest.approx(expected_grad)]
+
+
+def test_each_loss_part_is_weighed_by_the_count_of_its_own_mode():
+    # the same responses as above, micro-batches {[4], [1, 1, 1]} and {[2, 2]}; one part a seq mean
+    # (7/3 over the minibatch), the other a token mean (11/6): d/dw = 7/3 + 11/6 = 25/6
+    from asr_rl.algos.losses import aggregate_loss
+
+    w = torch.nn.Parameter(torch.tensor(1.0))
+    exp = build_experience([Group(None, None, [[4], [1, 1, 1], [2, 2]], ["a", "b", "c"], rewards=[0.0, 1.0, 2.0])],
+                           3, pad_id=0)
+    grads = []
+    strategy = _local_strategy(w)
+    step = strategy.step
+    strategy.step = lambda: (grads.append(float(w.grad)), step())[1]
+
+    def loss_fn(mb):
+        x, m = w * mb.response_ids.float(), mb.response_mask
+        parts = {mode: aggregate_loss(x, m, mode) for mode in ("seq-mean-token-mean", "token-mean")}
+        return LossOutput(sum(parts.values()), {}, parts=parts)
+
+    _epochs(exp, 1, 2, 3, 0, strategy, loss_fn, prefix="actor", loss_agg_mode="seq-mean-token-sum")
+    assert grads == [pytest.approx(25 / 6)]
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -118,3 +144,42 @@ def test_pretrain_not_an_audio_llm_and_empty_manifest(tiny_model, tiny_corpus, t
         run_audio_rl(load_rl_config("grpo", None, [f"pretrain={tmp_path}", f"train_manifest={tiny_corpus / 'train.jsonl'}",
                                                    f"output_dir={tmp_path / 'b'}"]))
     assert not (tmp_path / "b").exists()  # refused before the run folder was made
+
+
+def test_length_penalties_hit_long_and_cut_responses_before_the_estimator():
+    from types import SimpleNamespace
+
+    from asr_rl.trainer.rl.loop import RLTrainer
+
+    cfg = load_rl_config("grpo", None, ["rollout.max_new_tokens=4", "algo.overlong_buffer_len=2",
+                                        "algo.stop_properly_penalty_coef=0.5"])
+    # EOS is 9; max_new_tokens 4, buffer 2: overlong from 2 tokens, -(L - 2) / 2. Rewards 2 each:
+    #   [1, 9]        2 tokens, ended                    2
+    #   [1, 2, 9]     3 tokens, ended: -0.5              1.5
+    #   [1, 2, 3, 4]  4 tokens, cut (no EOS): -1, * 0.5  0.5
+    #   [1, 2, 3, 9]  4 tokens, ended at the limit: -1   1
+    exp = build_experience([Group(None, None, [[1, 9], [1, 2, 9], [1, 2, 3, 4], [1, 2, 3, 9]], ["a"] * 4,
+                                  rewards=[2.0] * 4)], 4, pad_id=0)
+    trainer = SimpleNamespace(cfg=cfg, workers=SimpleNamespace(eos_id=9))
+    assert RLTrainer.length_penalties(trainer, torch.full((4,), 2.0), exp).tolist() == [2.0, 1.5, 0.5, 1.0]
+    # a reference member (off-policy) keeps its reward
+    exp.off_policy = torch.tensor([False, False, True, False])
+    assert RLTrainer.length_penalties(trainer, torch.full((4,), 2.0), exp).tolist() == [2.0, 1.5, 2.0, 1.0]
+
+
+def test_dynamic_filtering_range_drops_groups_whose_mean_reward_is_outside():
+    from types import SimpleNamespace
+
+    from asr_rl.trainer.rl.loop import RLTrainer
+
+    def keeps(band, rewards, off=None):
+        cfg = load_rl_config("grpo", None, [] if band is None else [f"rollout.dynamic_filtering_range={band}"])
+        group = Group(None, None, [[1]] * len(rewards), ["a"] * len(rewards), rewards=rewards, off_policy=off)
+        return RLTrainer.keep_group(SimpleNamespace(cfg=cfg), group)
+
+    assert keeps(None, [0.0, 1.0, 1.0, 1.0]) and not keeps(None, [1.0, 1.0])  # ties only
+    assert keeps("[0,1]", [0.0, 1.0, 1.0, 1.0]) and not keeps("[0,0.7]", [0.0, 1.0, 1.0, 1.0])  # mean 0.75
+    # the mean is over the sampled members: a reference scoring 1 does not lift [0, 0.5] to 0.5
+    assert not keeps("[0.4,1]", [0.0, 0.5, 1.0], off=[False, False, True])
+    with pytest.raises((ConfigError, ValueError), match=r"dynamic_filtering_range must be \[low, high\]"):
+        load_rl_config("grpo", None, ["rollout.dynamic_filtering_range=[1,0]"])
