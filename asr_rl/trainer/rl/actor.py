@@ -174,7 +174,7 @@ def _epochs(exp: Experience, epochs: int, micro_size: int, train_size: int, seed
                 out = loss_fn(exp.select(idx))
                 if not torch.isfinite(out.loss) or (out.aux is not None and not torch.isfinite(out.aux)):
                     # stop before the bad gradient reaches the weights: the last checkpoint stays good
-                    raise TrainingDiverged(f"{prefix} loss is {float(out.loss)} ({out.metrics}); stopping. The last "
+                    raise TrainingDiverged(f"{prefix} loss is {float(out.loss.detach())} ({out.metrics}); stopping. The last "
                                            "checkpoint is intact: lower the learning rate or check the rewards")
                 parts = out.parts if out.parts is not None else {loss_agg_mode: out.loss}
                 total = sum(part * weights[mode][k] for mode, part in parts.items())
