@@ -22,7 +22,8 @@ def built(tiny_corpus, tmp_path_factory):
     from asr_rl.models.builders import init_model
 
     root = tmp_path_factory.mktemp("ctx")
-    sizes = {"qwen2_audio": "tiny", "qwen2_5_omni": "tiny", "glm_asr": "tiny", "qwen3_asr": "tiny-real"}
+    sizes = {"qwen2_audio": "tiny", "qwen2_5_omni": "tiny", "glm_asr": "tiny", "qwen3_asr": "tiny-real",
+             "voxtral": "tiny"}
     return {arch: AudioPolicy.from_pretrained(init_model(arch, size, [tiny_corpus / "train.jsonl"], root / arch))
             for arch, size in sizes.items()}
 
@@ -64,11 +65,26 @@ def test_glm_asr_s_context_goes_through_its_processor_s_prompt_argument(built):
     assert torch.equal(policy.prepare([WAV], ["en"], contexts=[CONTEXT]).input_ids.cpu(), ref["input_ids"])
 
 
-def test_voxtral_refuses_a_context_list_its_request_cannot_carry():
-    from asr_rl.models.families import FAMILIES
+def test_voxtral_takes_a_context_list_through_its_chat_request(built):
+    """Voxtral's transcription request has no field for a list: an utterance with one takes the
+    chat request (audio, then "Context: ... Transcribe the audio."), token for token the
+    processor's; in the same batch an utterance without one keeps today's prompt exactly."""
+    from asr_rl.models.families.voxtral import _wav_base64
 
-    with pytest.raises(ValueError, match="utterance 1 has a context list .2 items.*voxtral's transcription request"):
-        FAMILIES["voxtral"].prepare(None, [WAV, WAV], ["en", "en"], False, 16000, [(), CONTEXT])
+    policy = built["voxtral"]
+    today = policy.spec.prepare(policy.processor, [WAV], ["en"], False, 16000, [()])
+    mixed = policy.prepare([WAV, WAV], ["en", "en"], contexts=[(), CONTEXT])
+    rows = [mixed.input_ids[i][mixed.attention_mask[i].bool()] for i in range(2)]
+    assert torch.equal(rows[0], today.input_ids[0])
+    user = [{"type": "audio", "base64": _wav_base64(WAV, 16000)},
+            {"type": "text", "text": "Context: grace, living room. Transcribe the audio."}]
+    ref = policy.processor.apply_chat_template([{"role": "user", "content": user}], tokenize=True, return_dict=True,
+                                               return_tensors="pt")
+    assert torch.equal(rows[1], ref["input_ids"][0])
+    assert "Context: grace, living room. Transcribe the audio.[/INST]" in policy.tokenizer.decode(rows[1].tolist())
+    audio = policy.audio_positions(mixed.input_ids).sum(-1)
+    assert audio[0] == audio[1] == policy.audio_positions(today.input_ids).sum()
+    assert torch.equal(mixed.features[0], mixed.features[1]) and torch.equal(mixed.features[:1], today.features)
 
 
 def test_the_encoder_cache_keeps_one_prompt_per_audio_and_context(built, tiny_corpus):

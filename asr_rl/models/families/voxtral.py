@@ -9,7 +9,9 @@ padding mask); the projector reads 4 consecutive states concatenated (`4 x d` is
     <s>[INST][BEGIN_AUDIO][AUDIO]*N[/INST]lang:en[TRANSCRIBE]
 
 `lang:xx` only when a language is given (forced); the answer is the plain transcript, ended by
-`</s>`. N = 375 per started 30 s: mistral_common pads the audio to a multiple of 30 s.
+`</s>`. N = 375 per started 30 s: mistral_common pads the audio to a multiple of 30 s. A context
+list (contextual biasing) has no field in that request: an utterance with one takes Voxtral's chat
+mode, `[INST][BEGIN_AUDIO][AUDIO]*N Context: a, b. Transcribe the audio.[/INST]` (`chat_prompt`).
 
 Ids: the tokenizer is mistral_common's Tekken BPE (`tekken.json`, read by transformers'
 `MistralCommonBackend`): 1,000 control tokens, then the BPE vocabulary (131,072 in all). Control
@@ -28,13 +30,15 @@ from pathlib import Path
 
 import torch
 
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.data.languages import LANGUAGE_NAMES
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
 from asr_rl.models.tokenizer import TokenizerSpec
 
 VOCAB_SIZE = 131072
 BOS, EOS, PAD, AUDIO, BEGIN_AUDIO, TRANSCRIBE = 1, 2, 11, 24, 25, 34
 INST, END_INST = "[INST]", "[/INST]"
 CHUNK_FRAMES = 3000  # mel frames per 30 s chunk: the encoder takes exactly this many
+CHAT_INSTRUCTION = "Transcribe the audio."  # chat mode's instruction, when a context list needs the text field
 MODEL_ID = "mistralai/Voxtral-Mini-3B-2507"  # only recorded in the request mistral_common builds
 # Voxtral's audio section of tekken.json: 16 kHz, 12.5 audio tokens/s after the 4-state merge
 # (8 mel frames of 160 samples each), 128 mels, audio padded to whole 30 s chunks.
@@ -137,26 +141,42 @@ class VoxtralSpec(AudioLLMSpec):
         return VoxtralProcessor(feature_extractor=WhisperFeatureExtractor.from_pretrained(path), tokenizer=tokenizer)
 
     def prepare(self, processor, waveforms, languages, force_language, sample_rate, contexts):
-        """Through the processor's own transcription request. It passes each waveform to
-        mistral_common as 16-bit WAV: lossless for audio read from 16-bit files. That request has
-        no field for a context list (mistral_common's TranscriptionRequest: audio, language): one
-        is refused rather than dropped."""
-        for i, ctx in enumerate(contexts):
-            if ctx:
-                raise ValueError(f"utterance {i} has a context list ({len(ctx)} items), and voxtral's transcription "
-                                 "request (mistral_common) has no field for one: leave `context` out for voxtral")
+        """Through the processor's own transcription request; an utterance with a context list
+        through its chat request instead (`chat_prompt`: the transcription request has no field for
+        one). Each waveform goes to mistral_common as 16-bit WAV: lossless for audio read from
+        16-bit files."""
         given = [lang if force_language else None for lang in languages]
         for i, lang in enumerate(given):
             if lang is not None and not re.fullmatch(r"[a-z]{2}", lang):
                 raise ValueError(f"utterance {i}: voxtral takes ISO 639-1 language codes (two letters), not {lang!r}")
-        batch = processor.apply_transcription_request(list(waveforms), model_id=MODEL_ID, language=given,
-                                                      sampling_rate=sample_rate, format="wav")
+        if not any(contexts):
+            batch = processor.apply_transcription_request(list(waveforms), model_id=MODEL_ID, language=given,
+                                                          sampling_rate=sample_rate, format="wav")
+            ids, attention, chunk_features = batch["input_ids"], batch["attention_mask"], batch["input_features"]
+        else:  # one request an utterance, left-padded together
+            rows = [self.chat_prompt(processor, w, ctx, lang, sample_rate) if ctx else
+                    processor.apply_transcription_request([w], model_id=MODEL_ID, language=[lang],
+                                                          sampling_rate=sample_rate, format="wav")
+                    for w, ctx, lang in zip(waveforms, contexts, given)]
+            ids, attention = _left_padded([r["input_ids"][0] for r in rows], processor.tokenizer.pad_token_id)
+            chunk_features = torch.cat([r["input_features"] for r in rows])
         fe = processor.feature_extractor
         # mistral_common pads each waveform to whole 30 s chunks, in batch order
         chunks = [max(1, -(-len(w) // fe.n_samples)) for w in waveforms]
-        return AudioPrompts(batch["input_ids"], batch["attention_mask"],
-                            *_side_by_side(batch["input_features"], chunks, [len(w) for w in waveforms], fe.hop_length),
-                            list(languages))
+        return AudioPrompts(ids, attention, *_side_by_side(chunk_features, chunks, [len(w) for w in waveforms],
+                                                           fe.hop_length), list(languages))
+
+    def chat_prompt(self, processor, waveform, context, language, sample_rate) -> dict:
+        """Voxtral's chat mode, the one whose user turn holds text beside the audio: the audio, then
+        the instruction with the context list before it (`with_context`)::
+
+            <s>[INST][BEGIN_AUDIO][AUDIO]*N Context: a, b. Transcribe the audio.[/INST]
+        """
+        name = LANGUAGE_NAMES.get(language) if language else None
+        instruction = f"Transcribe the {name} audio." if name else CHAT_INSTRUCTION
+        audio = {"type": "audio", "base64": _wav_base64(waveform, sample_rate)}
+        conversation = [{"role": "user", "content": [audio, {"type": "text", "text": with_context(instruction, context)}]}]
+        return processor.apply_chat_template(conversation, tokenize=True, return_dict=True, return_tensors="pt")
 
     def encode_audio(self, model, prompts):
         tower = self.audio_tower(model)
@@ -208,3 +228,25 @@ def _side_by_side(chunks: torch.Tensor, counts: list[int], samples: list[int], h
         features[i, :, : r.shape[0] * per_chunk] = r.transpose(0, 1).reshape(r.shape[1], -1)
         mask[i, : min(r.shape[0] * per_chunk, -(-n // hop))] = 1
     return features, mask
+
+
+def _left_padded(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """1-D id rows -> `(B, L)` ids left-padded with `pad_id` and their attention mask."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):], mask[i, width - len(r):] = r, 1
+    return ids, mask
+
+
+def _wav_base64(waveform, sample_rate: int) -> str:
+    """A waveform as base64 16-bit WAV, what the transcription request builds from an array."""
+    import base64
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, waveform, sample_rate, format="WAV", subtype="PCM_16")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
