@@ -40,7 +40,9 @@ def test_no_context_is_today_s_prompt_and_a_context_is_where_the_family_puts_it(
     with_ctx = policy.prepare([WAV], ["en"], contexts=[CONTEXT])
     plain, biased = _text(policy, today), _text(policy, with_ctx)
     if arch == "qwen3_asr":  # the processor's `prompt`: a system message before the user turn
-        assert biased == "<|im_start|>system\ngrace, living room<|im_end|>\n" + plain
+        # the released prompt has the system turn even empty: the list becomes its text
+        assert plain.startswith("<|im_start|>system\n<|im_end|>\n<|im_start|>user\n")
+        assert biased == plain.replace("system\n<|im_end|>", "system\ngrace, living room<|im_end|>", 1)
         ref = policy.processor.apply_transcription_request([WAV], prompt="grace, living room",
                                                            processor_kwargs={"sampling_rate": 16000})
         assert torch.equal(with_ctx.input_ids.cpu(), ref["input_ids"])

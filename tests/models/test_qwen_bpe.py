@@ -53,8 +53,10 @@ def test_model_init_with_qwen_s_bpe_writes_prompts_and_targets_in_the_released_i
     wav = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
     prompts = policy.prepare([wav], ["zh"])
     ids = prompts.input_ids[0][prompts.attention_mask[0].bool()].tolist()
-    # <|im_start|>user\n<|audio_start|> ... <|audio_end|><|im_end|>\n<|im_start|>assistant\n, as Qwen3-ASR
-    assert ids[:4] == [151644, 872, 198, 151669] and ids[-6:] == [151670, 151645, 198, 151644, 77091, 198]
+    # <|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|audio_start|> ... <|audio_end|><|im_end|>\n
+    # <|im_start|>assistant\n: the released Qwen3-ASR prompt, its empty system turn included
+    assert ids[:9] == [151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669]
+    assert ids[-6:] == [151670, 151645, 198, 151644, 77091, 198]
     target = policy.target_ids(["把空调调到26度"], ["zh"])
     row = target.ids[0][target.mask[0].bool()].tolist()
     assert row[-8:] == [99360, 102317, 47872, 26939, 17, 21, 26381, 151645] and 151704 in row

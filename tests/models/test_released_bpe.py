@@ -90,7 +90,10 @@ def test_qwen3_asr_s_prompt_is_its_processor_s_token_for_token_with_and_without_
     ref = policy.processor.apply_transcription_request([WAV], prompt="张伟, 7:30", **kwargs)
     assert torch.equal(policy.prepare([WAV], ["en"], contexts=[("张伟", "7:30")]).input_ids.cpu(), ref["input_ids"])
     plain = policy.prepare([WAV], ["en"]).input_ids[0].tolist()
-    assert plain[:4] == [151644, 872, 198, 151669]  # <|im_start|>user\n<|audio_start|>
+    # the released prompt's empty system turn: <|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|audio_start|>
+    assert plain[:9] == [151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669]
+    ref = policy.processor.apply_transcription_request([WAV], **kwargs)
+    assert plain == ref["input_ids"][0].tolist()
 
 
 def test_qwen2_5_omni_s_prompt_is_the_released_format_in_released_ids(models):

@@ -1,7 +1,9 @@
 """Qwen3-ASR: transformers' `Qwen3ASRForConditionalGeneration` and `Qwen3ASRProcessor`.
 
-Prompt: `<|im_start|>user\\n<|audio_start|><|audio_pad|>*N<|audio_end|><|im_end|>\\n
-<|im_start|>assistant\\n` followed, when the language is forced, by `language <Name><asr_text>`.
+Prompt: `<|im_start|>system\\n<context><|im_end|>\\n<|im_start|>user\\n<|audio_start|><|audio_pad|>*N
+<|audio_end|><|im_end|>\\n<|im_start|>assistant\\n` followed, when the language is forced, by
+`language <Name><asr_text>`. The system turn is there even empty, as the released chat template
+renders it: the context list (contextual biasing) is its text.
 The model answers `[language <Name><asr_text>]<transcript><|im_end|>`. The builders make a randomly
 initialised model (the audio tower trains from scratch, with CTC; trainer/ctc.py).
 """
@@ -19,6 +21,8 @@ RELEASED_IDS = {PAD: 151643, IM_START: 151644, IM_END: 151645, AUDIO_START: 1516
 # The Qwen3-ASR conversation format: the audio sits in the user turn, the assistant turn holds
 # `language <Name><asr_text><transcript>` (the prefill may force the language).
 CHAT_TEMPLATE = (
+    # the released template's empty system turn when the conversation has no system message
+    "{%- if messages and messages[0]['role'] != 'system' -%}{{- '<|im_start|>system\\n<|im_end|>\\n' -}}{%- endif -%}"
     "{%- for m in messages -%}"
     "{{- '<|im_start|>' + m['role'] + '\\n' -}}"
     "{%- if m['content'] is string -%}{{- m['content'] -}}"
@@ -38,7 +42,8 @@ def language_prefix(name: str | None) -> str:
 
 
 def context_prompt(context: tuple[str, ...]) -> str | None:
-    """The system-message text of a context list (None: no system message, today's prompt)."""
+    """The system-message text of a context list (None: no system message; the template then
+    renders the released empty system turn)."""
     return ", ".join(context) if context else None
 
 
