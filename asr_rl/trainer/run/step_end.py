@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -19,6 +20,17 @@ log = logging.getLogger("asr_rl.train")
 def due(every: int, step: int) -> bool:
     """Whether a task done every `every` steps (<= 0: never) falls on `step`."""
     return every > 0 and step % every == 0
+
+
+def elapsed_at(output_dir, step: int) -> float:
+    """Minutes a run had trained by `step` (the last `time/elapsed_min` its metrics log holds at or
+    before it; 0 for a fresh run or one without a log)."""
+    from asr_rl.trainer.run.metrics import read_metrics
+
+    if step <= 0 or not output_dir or not (Path(output_dir) / "metrics.jsonl").is_file():
+        return 0.0
+    rows = read_metrics(output_dir)
+    return max((r.get("time/elapsed_min", 0.0) for r in rows if r.get("step", 0) <= step), default=0.0)
 
 
 class StepEnd:
@@ -49,7 +61,9 @@ class StepEnd:
         self.cfg, self.logger, self.postfix = cfg, logger, postfix
         self.early, self.save_best, self.decay_now = early_stopping, save_best, decay_now
         self.step = first_step
-        self.start = time.perf_counter()
+        # a resumed run's clock goes on from its checkpoint: `max_minutes` and the logged time axis
+        # (asr-rl report, the RL-vs-SFT comparisons by minute) count the whole run
+        self.start = time.perf_counter() - 60 * elapsed_at(cfg.output_dir, first_step)
         self.bar = tqdm(total=cfg.max_steps, initial=first_step, desc=desc, disable=not cfg.logging.progress_bar)
 
     @property

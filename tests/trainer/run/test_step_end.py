@@ -121,3 +121,22 @@ def test_with_plateau_patience_the_run_goes_on_at_the_floor_until_dev_stops_impr
     # without plateau patience the same run ends with the decay
     _, logger, _, _ = _run_es("save_steps=0", "max_steps=14", decay=3, dev=dev)
     assert [s for s, _ in logger.rows][-1] == 9
+
+
+def test_a_resumed_run_s_clock_goes_on_from_its_checkpoint(tmp_path):
+    import json
+
+    # the killed run logged steps 1-3; its checkpoint is step 2, after 2.5 minutes
+    rows = [{"step": 1, "time/elapsed_min": 1.0}, {"step": 2, "time/elapsed_min": 2.5},
+            {"step": 3, "time/elapsed_min": 3.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    events, logger = _run("max_steps=10", "save_steps=0", "eval_steps=-1", f"output_dir={tmp_path}",
+                          "max_minutes=60", first=2)
+    assert 2.5 <= logger.rows[0][1]["time/elapsed_min"] < 2.55 and [s for s, _ in logger.rows] == list(range(3, 11))
+    # max_minutes counts the whole run: 2.5 of 2.5 minutes were spent before the kill, so the
+    # resumed run stops after its first step (a clock from zero would run to max_steps)
+    events, logger = _run("max_steps=10", "save_steps=0", "eval_steps=-1", f"output_dir={tmp_path}",
+                          "max_minutes=2.5", first=2)
+    assert events == [("save", 3), ("eval", 3)] and [s for s, _ in logger.rows] == [3]
+    fresh_events, fresh = _run("max_steps=3", f"output_dir={tmp_path / 'new'}")
+    assert fresh.rows[0][1]["time/elapsed_min"] < 0.05
