@@ -121,7 +121,9 @@ def train(work: Path, args) -> None:
     if not (work / "rl" / "final").is_dir():
         run("train", "grpo", "--config", str(ROOT / "recipes/configs/grpo_demo.yaml"), f"pretrain={start}",
             f"train_manifest={pool / 'train.jsonl'}", f"eval_manifest={dev}", f"output_dir={work / 'rl'}",
-            "backend=local", "num_threads=2", "max_steps=100000", f"max_minutes={args.rl_minutes}",
+            # grpo_demo.yaml's own max_steps: its warmup is a share of them (a huge bound would keep
+            # the rate at its warmup's start); max_minutes ends the run first
+            "backend=local", "num_threads=2", f"max_minutes={args.rl_minutes}",
             "save_steps=0", "eval_steps=0", cache, f"reward.terms={{cer: 1.0, biasing: {args.biasing_weight}}}",
             "logging.progress_bar=false", "resume=auto")
     if not (work / "sft_continued" / "final").is_dir():

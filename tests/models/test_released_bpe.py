@@ -157,8 +157,7 @@ def test_vllm_greedy_equals_the_policy_s_own(models, digit_corpus, arch):
 @pytest.mark.slow
 def test_dpo_on_bpe_pairs_grows_the_chosen_margin(models, digit_corpus, tmp_path):
     from asr_rl.config import load_config
-    from asr_rl.trainer.config import DPOConfig
-    from asr_rl.trainer.recipes.dpo import load_examples, train_dpo
+    from asr_rl.trainer.recipes.dpo import DPOConfig, load_examples, train_dpo
     from tests.trainer.recipes.test_dpo import _margin, _reference_pairs
 
     model = models("qwen3_asr")
