@@ -102,7 +102,10 @@ def test_audio_preference_training_grows_the_chosen_margin(tiny_model, tiny_corp
     before = _margin(AudioPolicy.from_pretrained(tiny_model), ex)
     final = train_dpo(cfg)
     after = _margin(AudioPolicy.from_pretrained(final), ex)
-    assert after > before + 1.0, (before, after)
+    if loss_type == "ipo":  # IPO regresses the margin gain over the reference to 1 / (2 beta) = 1, no further
+        assert 0.8 < after - before < 1.2, (before, after)
+    else:
+        assert after > before + 1.0, (before, after)
     metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, 7))
     key = "kto/loss" if loss_type == "kto" else "dpo/loss"
