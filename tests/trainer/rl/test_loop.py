@@ -74,7 +74,7 @@ def test_nan_loss_raises_before_the_optimizer_steps():
     exp = build_experience(groups, 2, pad_id=0)
     with pytest.raises(TrainingDiverged, match="actor loss is nan"):
         _epochs(exp, 1, 2, 2, 0, _local_strategy(w), lambda mb: LossOutput(w * math.nan, {}), prefix="actor")
-    assert float(w) == 1.0 and w.grad is None  # stopped before backward and step
+    assert float(w.detach()) == 1.0 and w.grad is None  # stopped before backward and step
 
 
 @pytest.mark.parametrize("mode, expected_grad", [
@@ -89,6 +89,15 @@ def test_nan_loss_raises_before_the_optimizer_steps():
 def test_minibatch_loss_is_aggregated_over_all_its_micro_batches(mode, expected_grad):
     from asr_rl.algos.losses import aggregate_loss
 
+    def loss_fn(mb, w):
+        return LossOutput(aggregate_loss(w * mb.response_ids.float(), mb.response_mask, mode), {})
+
+    assert _step_gradient(loss_fn, mode) == [pytest.approx(expected_grad)]
+
+
+def _step_gradient(loss_fn, loss_agg_mode: str) -> list[float]:
+    """The gradient of w each optimiser step applies, for `loss_fn(micro_batch, w)` over responses
+    [4], [1, 1, 1], [2, 2] in micro-batches of 2 (one minibatch of 3)."""
     w = torch.nn.Parameter(torch.tensor(1.0))
     exp = build_experience([Group(None, None, [[4], [1, 1, 1], [2, 2]], ["a", "b", "c"], rewards=[0.0, 1.0, 2.0])],
                            3, pad_id=0)
@@ -96,9 +105,8 @@ def test_minibatch_loss_is_aggregated_over_all_its_micro_batches(mode, expected_
     strategy = _local_strategy(w)
     step = strategy.step
     strategy.step = lambda: (grads.append(float(w.grad)), step())[1]  # read the gradient the step applies
-    loss_fn = lambda mb: LossOutput(aggregate_loss(w * mb.response_ids.float(), mb.response_mask, mode), {})  # noqa: E731
-    _epochs(exp, 1, 2, 3, 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
-    assert grads == [pytest.approx(expected_grad)]
+    _epochs(exp, 1, 2, 3, 0, strategy, lambda mb: loss_fn(mb, w), prefix="actor", loss_agg_mode=loss_agg_mode)
+    return grads
 
 
 def test_each_loss_part_is_weighed_by_the_count_of_its_own_mode():
@@ -106,21 +114,12 @@ def test_each_loss_part_is_weighed_by_the_count_of_its_own_mode():
     # (7/3 over the minibatch), the other a token mean (11/6): d/dw = 7/3 + 11/6 = 25/6
     from asr_rl.algos.losses import aggregate_loss
 
-    w = torch.nn.Parameter(torch.tensor(1.0))
-    exp = build_experience([Group(None, None, [[4], [1, 1, 1], [2, 2]], ["a", "b", "c"], rewards=[0.0, 1.0, 2.0])],
-                           3, pad_id=0)
-    grads = []
-    strategy = _local_strategy(w)
-    step = strategy.step
-    strategy.step = lambda: (grads.append(float(w.grad)), step())[1]
-
-    def loss_fn(mb):
+    def loss_fn(mb, w):
         x, m = w * mb.response_ids.float(), mb.response_mask
         parts = {mode: aggregate_loss(x, m, mode) for mode in ("seq-mean-token-mean", "token-mean")}
         return LossOutput(sum(parts.values()), {}, parts=parts)
 
-    _epochs(exp, 1, 2, 3, 0, strategy, loss_fn, prefix="actor", loss_agg_mode="seq-mean-token-sum")
-    assert grads == [pytest.approx(25 / 6)]
+    assert _step_gradient(loss_fn, "seq-mean-token-sum") == [pytest.approx(25 / 6)]
 
 
 @pytest.mark.parametrize("overrides, message", [
