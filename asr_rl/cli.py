@@ -1,4 +1,4 @@
-"""`asr-rl` command line: parse, load config, call one function (DESIGN.md, "Commands").
+"""`asr-rl` command line: parse, load config, call one function (README.md, "Commands").
 
 Heavy imports (torch, transformers, ray, ...) happen inside the command functions so that
 `asr-rl --help` and `asr-rl data check` start quickly.
@@ -16,8 +16,8 @@ log = logging.getLogger("asr_rl.cli")
 
 
 # what `data check` checks a preference manifest as (data/pairs.py `preference_kind`)
-_PREFERENCE_KINDS = {"dpo": "DPO pairs (`chosen`, `rejected`), as `train dpo` reads them",
-                     "kto": "KTO examples (`completion`, `label`), as `train kto` reads them"}
+_PREFERENCE_KINDS = {"paired": "DPO pairs (`chosen`, `rejected`), as `train dpo` reads them",
+                     "unpaired": "KTO examples (`completion`, `label`), as `train kto` reads them"}
 
 
 def _data_check(args: argparse.Namespace) -> int:
@@ -106,27 +106,39 @@ def _model_init(args: argparse.Namespace) -> int:
     return 0
 
 
-# the `train` commands of the preference recipe, and the presets that pick its loss (`loss_type`)
-_PREFERENCE_COMMANDS = {"dpo": [], "kto": ["loss_type=kto"]}
+def _preference_commands() -> dict[str, list[str]]:
+    """The `train` commands of the preference recipe and the presets each applies: `dpo` trains on
+    pairs (`loss_type` picks the paired loss), and every unpaired loss is a command of its own
+    (`train kto`), from the registry's `PreferenceSpec.paired`."""
+    from asr_rl.algos.preference_losses import PREFERENCE_LOSSES
+
+    return {"dpo": [], **{name: [f"loss_type={name}"] for name in PREFERENCE_LOSSES.where(paired=False)}}
+
+
+def _train_commands() -> list[str]:
+    from asr_rl.trainer.recipes.rl import PRESETS
+
+    return ["sft", *PRESETS, *_preference_commands(), "rm"]
 
 
 def _train(args: argparse.Namespace) -> int:
     from asr_rl.config import load_config
 
+    preference = _preference_commands()
     if args.algo == "sft":
-        from asr_rl.trainer.config import SFTConfig
+        from asr_rl.trainer.configs.rl import SFTConfig
+        from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
         from asr_rl.trainer.recipes.sft import train_sft
 
-        from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
-
         out = train_sft(load_with_checkpoint_presets(SFTConfig, "sft", args.config, args.overrides))
-    elif args.algo in _PREFERENCE_COMMANDS:
-        from asr_rl.trainer.recipes.dpo import DPOConfig, train_dpo
+    elif args.algo in preference:
+        from asr_rl.trainer.configs.preference import DPOConfig
+        from asr_rl.trainer.recipes.dpo import train_dpo
 
-        presets = _PREFERENCE_COMMANDS[args.algo]
-        out = train_dpo(load_config(DPOConfig, args.config, args.overrides, presets=presets))
+        out = train_dpo(load_config(DPOConfig, args.config, args.overrides, presets=preference[args.algo]))
     elif args.algo == "rm":
-        from asr_rl.trainer.recipes.rm import RMConfig, train_rm
+        from asr_rl.trainer.configs.preference import RMConfig
+        from asr_rl.trainer.recipes.rm import train_rm
 
         out = train_rm(load_config(RMConfig, args.config, args.overrides))
     else:
@@ -260,12 +272,16 @@ def _at_least(low: int, why: str):
 def _add_model_commands(sub) -> None:
     model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
     init = model.add_parser("init", help="a new audio-LLM (pretrained or random encoder) with an offline tokenizer")
-    # the families are listed by models/families/ (unknown names fail there, naming the valid ones)
+    # the families are the registry's (models/families/); unknown names fail there, naming the valid ones
+    from asr_rl.models.builders import TEXT_ARCHS
+    from asr_rl.models.families import FAMILIES
+
+    defaults = ", ".join(f"{n}: {FAMILIES.get(n).default_encoder or 'none'}" for n in FAMILIES)
     init.add_argument("--arch", default="qwen2_audio",
-                      help="qwen2_audio | qwen3_asr | glm_asr | qwen2_5_omni | voxtral (audio-LLMs), qwen2 | qwen3 (text)")
+                      help=f"{' | '.join(FAMILIES)} (audio-LLMs), {' | '.join(TEXT_ARCHS)} (text)")
     init.add_argument("--encoder", default="default",
                       help="pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or "
-                           "none (random init); default: the family's (qwen2_audio: whisper-tiny.en, qwen3_asr: none)")
+                           f"none (random init); default: the family's ({defaults})")
     init.add_argument("--size", default="tiny", help="tiny | small; tiny-real (qwen3_asr, qwen2_audio, qwen2_5_omni: "
                                                      "tiny on the released BPE and ids); qwen3_asr also 0.6b | 1.7b "
                                                      "(the real dimensions and vocabulary, random weights)")
@@ -287,7 +303,7 @@ def _add_run_commands(sub) -> None:
     """train, eval and report."""
     train = sub.add_parser("train", help="sft | grpo | ppo | dpo | kto | rm; then --config FILE and key=value "
                                          "overrides")
-    train.add_argument("algo", choices=["sft", "grpo", "ppo", "dpo", "kto", "rm"])
+    train.add_argument("algo", choices=_train_commands())
     train.add_argument("--config", default=None, help="YAML config; key=value overrides follow")
     train.set_defaults(func=_train, accepts_overrides=True)
 

@@ -7,7 +7,7 @@ OpenRLHF's flat option names work. Unknown keys and values of the wrong type are
 the key, where it came from, and the closest valid key.
 
 The sections that the trainers use are defined in their own modules' configs
-(`asr_rl.trainer.config`); this module holds the machinery and the keys every run shares.
+(`asr_rl.trainer.configs.rl`); this module holds the machinery and the keys every run shares.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The keys every `asr-rl train ...` command accepts (DESIGN.md, "Commands").
+    """The keys every `asr-rl train ...` command accepts (README.md, "Commands").
 
     Attributes:
         pretrain: starting model folder (a Hugging Face checkpoint).

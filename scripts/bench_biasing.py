@@ -65,8 +65,9 @@ def extend_vocabulary(src: Path, dst: Path, manifests: list[Path]) -> None:
     the old ones (transformers' resize_token_embeddings)."""
     if (dst / "config.json").is_file():
         return
-    from transformers import AutoConfig, Qwen2AudioForConditionalGeneration
+    from transformers import AutoConfig
 
+    from asr_rl.models.families import spec_for
     from asr_rl.models.tokenizer import read_texts
 
     tok = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
@@ -74,9 +75,7 @@ def extend_vocabulary(src: Path, dst: Path, manifests: list[Path]) -> None:
     new = sorted({c for t in read_texts(manifests) for c in t} - set(vocab) - {" "})
     size = max(max(vocab.values()), *(a["id"] for a in tok["added_tokens"])) + 1
     vocab.update({c: size + i for i, c in enumerate(new)})
-    if AutoConfig.from_pretrained(src).model_type != "qwen2_audio":
-        raise SystemExit(f"--start {src}: this benchmark's models are Qwen2-Audio")
-    model = Qwen2AudioForConditionalGeneration.from_pretrained(src)
+    model = spec_for(AutoConfig.from_pretrained(src).model_type).model_class().from_pretrained(src)
     model.resize_token_embeddings(size + len(new))
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors", "tokenizer.json", "best.json"))
     model.save_pretrained(dst)

@@ -24,7 +24,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr_rl.rewards.combine import load_reward_spec  # noqa: E402
+from asr_rl.rewards.pipeline import load_reward_spec  # noqa: E402
 from asr_rl.rewards.server import create_app  # noqa: E402
 
 REFS = ["call anna on her mobile", "set a timer for ten minutes", "turn on the kitchen lights",

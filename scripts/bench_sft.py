@@ -37,7 +37,10 @@ def main() -> None:
         run("model", "init", "--arch", args.arch, "--size", "small", "--tokenizer-from", str(corpus / "train.jsonl"),
             "--out", str(init))
     sft = work / "sft"
-    config = "sft_demo.yaml" if args.arch == "qwen2_audio" else "sft_scratch.yaml"
+    # a pretrained (frozen) encoder trains with the demo's settings, a random one with the from-scratch ones
+    from asr_rl.models.families import FAMILIES
+
+    config = "sft_demo.yaml" if FAMILIES.get(args.arch).default_encoder else "sft_scratch.yaml"
     if not (sft / "final").is_dir():
         run("train", "sft", "--config", str(ROOT / "recipes/configs" / config), f"pretrain={init}",
             f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={sft}", f"max_minutes={args.minutes}",

@@ -1,7 +1,7 @@
 """Benchmark: one prompt forward per group (`model.shared_prefix=true`) against the prompt repeated
 per sample (`false`, the reference path), side by side in one run.
 
-    python scripts/bench_shared_prefix.py [--steps 4] [--only demo,voxtral,qwen3_tiny_real] [--out exp/bench_sp]
+    python scripts/bench_shared_prefix.py [--steps 4] [--only demo,voxtral_tiny,qwen3_tiny_real] [--out exp/bench_sp]
 
 Each case runs the real GRPO loop (`asr-rl train grpo`, local backend, 1 torch thread, float32) in a
 process of its own per arm, on models `asr-rl model init` builds (random weights; responses are cut
@@ -11,7 +11,7 @@ rollout (sampling), old/reference log-probs, update. The arms alternate (shared,
 case and the table gives medians over the steps after the first (its time includes start-up
 effects), and the peak RSS of each arm's process. Cases (8 utterances x 8 samples each):
     demo             Qwen2-Audio `small` on the frozen Whisper tiny.en encoder (the demo's model)
-    voxtral          Voxtral `tiny`: 30 s encoder chunks, 375 audio positions per prompt
+    voxtral_tiny     Voxtral `tiny`: 30 s encoder chunks, 375 audio positions per prompt
     qwen3_tiny_real  Qwen3-ASR `tiny-real`: the released 151,936-token vocabulary
 The corpus is `asr-rl data synth` (espeak-ng), 64 train utterances. Run with nothing else on the
 machine: the ratio is measured side by side, the seconds are not comparable across machines.
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import ensure_corpus, run  # noqa: E402
 
-CASES = {"demo": ("qwen2_audio", "small"), "voxtral": ("voxtral", "tiny"), "qwen3_tiny_real": ("qwen3_asr", "tiny-real")}
+CASES = {"demo": ("qwen2_audio", "small"), "voxtral_tiny": ("voxtral", "tiny"), "qwen3_tiny_real": ("qwen3_asr", "tiny-real")}
 PHASES = (("rollout", "time/rollout"), ("log-probs", "time/logprobs"), ("update", "time/train"), ("step", None))
 
 

@@ -31,7 +31,7 @@ from asr_rl.algos.kl import kl_estimate, reward_kl_penalty  # noqa: E402
 from asr_rl.algos.losses import compute_policy_loss, entropy_loss, kl_loss, value_loss  # noqa: E402
 from asr_rl.algos.reward_shaping import overlong_penalty, stop_properly  # noqa: E402
 from asr_rl.algos.rollout_correction import rollout_correction  # noqa: E402
-from asr_rl.trainer.rl.actor import micro_weights  # noqa: E402
+from asr_rl.trainer.update.ppo import micro_weights  # noqa: E402
 
 TOL = 2e-6
 # OpenRLHF 0.11.2 `is_correction_level/mode/gating` -> our `algo.rollout_correction` (README)

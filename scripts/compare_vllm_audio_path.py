@@ -2,7 +2,7 @@
 tokens, same greedy transcripts, and the time each takes.
 
 Ours: the policy runs the audio tower and projector and vLLM samples from `prompt_embeds`
-(trainer/distributed/vllm_engine.py), so vLLM serves only the causal LLM and weight sync is the
+(trainer/rollout/vllm_engine.py), so vLLM serves only the causal LLM and weight sync is the
 LLM's weights. vLLM's own: `LLM(model=DIR)` with `multi_modal_data={"audio": ...}` (its
 Qwen3ASRForConditionalGeneration runs the tower itself, from the HF processor's features).
 
@@ -59,8 +59,8 @@ def main(argv=None) -> int:
     from asr_rl.data.batching import load_batch
     from asr_rl.data.manifest import read_manifest
     from asr_rl.models.audio_policy import AudioPolicy
-    from asr_rl.trainer.config import RLConfig, RolloutConfig
-    from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
+    from asr_rl.trainer.configs.rl import RLConfig, RolloutConfig
+    from asr_rl.trainer.rollout.vllm_engine import VLLMRolloutEngine
 
     policy = AudioPolicy.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).eval()
     policy.freeze()

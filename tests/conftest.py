@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-# One torch thread per process: on 2 shared cores this is 2-3x faster (ENVIRONMENT.md).
+# One torch thread per process: on 2 shared cores this is 2-3x faster than 2 threads each.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

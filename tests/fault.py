@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
         return cli_main(cli)
     target = int(step)
     import asr_rl.trainer.run.checkpoint as ckpt
-    import asr_rl.trainer.rl.loop as loop
+    import asr_rl.trainer.driver.loop as loop
     import asr_rl.trainer.recipes.sft as sft
     from asr_rl.trainer.run.metrics import MetricsLogger
 
@@ -64,16 +64,16 @@ def _kill_rank_in_workers(rank: int, step: int) -> None:
     import ray
 
     def arm() -> None:
-        from asr_rl.trainer.rl.rank import PolicyRank
+        from asr_rl.trainer.update.worker import PolicyWorker
 
-        train = PolicyRank.train
+        train = PolicyWorker.train
 
         def train_or_die(self, exp, n, *args, **kwargs):
             if (self.rank, n) == (rank, step):
                 os._exit(1)
             return train(self, exp, n, *args, **kwargs)
 
-        PolicyRank.train = train_or_die
+        PolicyWorker.train = train_or_die
 
     init = ray.init
 

@@ -116,7 +116,7 @@ def test_missing_or_non_mapping_config_file(tmp_path):
 
 
 def test_colocation_flags_decide_which_models_get_their_own_group():
-    from asr_rl.trainer.config import DistributedConfig, RLConfig
+    from asr_rl.trainer.configs.rl import DistributedConfig, RLConfig
 
     assert not DistributedConfig().separate_ref and not DistributedConfig().separate_critic
     ref_only = DistributedConfig(colocate_actor_ref=False)
@@ -138,7 +138,7 @@ def test_colocation_flags_decide_which_models_get_their_own_group():
     ("model.dtype=float16", "`model.dtype` expects one of 'float32', 'bfloat16', got 'float16'"),
 ])
 def test_out_of_range_settings_fail_at_load_naming_key_value_and_range(override, message):
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     with pytest.raises(ConfigError) as e:
         load_config(RLConfig, None, [override])
@@ -146,7 +146,7 @@ def test_out_of_range_settings_fail_at_load_naming_key_value_and_range(override,
 
 
 def test_a_bad_value_in_a_file_names_the_file(tmp_path):
-    from asr_rl.trainer.config import SFTConfig
+    from asr_rl.trainer.configs.rl import SFTConfig
 
     (tmp_path / "c.yaml").write_text("optim:\n  learning_rate: 0\naugment:\n  noise_prob: 2\n")
     with pytest.raises(ConfigError, match=f"{tmp_path / 'c.yaml'}: `optim.learning_rate` must be > 0, got 0"):
@@ -156,8 +156,8 @@ def test_a_bad_value_in_a_file_names_the_file(tmp_path):
 def test_every_ranged_setting_refuses_a_value_outside_its_range_and_takes_its_default():
     # the checks come from the fields' own declarations: every ranged leaf of every config is covered
     from asr_rl.config import _leaf_fields
-    from asr_rl.trainer.config import RLConfig, SFTConfig
-    from asr_rl.trainer.recipes.rm import RMConfig
+    from asr_rl.trainer.configs.rl import RLConfig, SFTConfig
+    from asr_rl.trainer.configs.preference import RMConfig
 
     checked = 0
     for cls in (RLConfig, SFTConfig, RMConfig):
@@ -185,9 +185,9 @@ def test_a_section_set_in_part_keeps_the_defaults_its_owner_declares():
 
 
 def test_every_trainer_reads_one_optim_section_with_its_own_defaults():
-    from asr_rl.trainer.config import RLConfig, SFTConfig
-    from asr_rl.trainer.recipes.dpo import DPOConfig
-    from asr_rl.trainer.recipes.rm import RMConfig
+    from asr_rl.trainer.configs.rl import RLConfig, SFTConfig
+    from asr_rl.trainer.configs.preference import DPOConfig
+    from asr_rl.trainer.configs.preference import RMConfig
 
     def shared(o):
         return o.weight_decay, o.adam_betas, o.adam_eps, o.lr_warmup_ratio, o.lr_scheduler, o.min_lr_ratio, o.max_norm
@@ -206,7 +206,7 @@ def test_every_trainer_reads_one_optim_section_with_its_own_defaults():
 
 
 def test_cross_setting_errors_name_the_settings_the_user_set():
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     with pytest.raises(ConfigError, match=r"rollout_batch_size x n_samples_per_prompt = 3 x 2 = 6 samples \(one "
                                           r"optimiser step per rollout: train_batch_size=0\) is not a multiple of "
@@ -223,7 +223,7 @@ def test_cross_setting_errors_name_the_settings_the_user_set():
      r"rollout.async_queue_size=4 would generate batches that max_steps=2 never trains on; use at most 1"),
 ])
 def test_an_async_queue_longer_than_the_run_is_refused_at_load(overrides, message):
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     base = ["backend=ray", "rollout.async_enable=true", "algo.rollout_correction=tis"]
     with pytest.raises((ConfigError, ValueError), match=message):

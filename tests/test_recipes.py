@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from asr_rl.config import load_config
-from asr_rl.trainer.config import RLConfig, SFTConfig
+from asr_rl.trainer.configs.rl import RLConfig, SFTConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 

@@ -1,6 +1,6 @@
 """Loss aggregation: how a per-token loss ``(N, T)`` becomes a scalar (a registry, `loss_agg_mode`),
 and the unit each mode averages over, so that an optimiser step of several micro-batches and
-data-parallel ranks divides by the count over the whole step (trainer/rl/actor.py `micro_weights`).
+data-parallel ranks divides by the count over the whole step (trainer/update/ppo.py `micro_weights`).
 Pure torch.
 """
 from __future__ import annotations

@@ -28,23 +28,6 @@ import torch
 from torch import Tensor
 
 
-def ended_with_eos(ids: Tensor, mask: Tensor, eos_id: int) -> Tensor:
-    """Whether each response ended: its last valid token is `eos_id` (else it was cut at
-    max_new_tokens).
-
-    Args:
-        ids: ``(N, T)`` response ids.
-        mask: ``(N, T)`` response mask (any padding layout).
-        eos_id: the end-of-sequence id.
-
-    Returns:
-        ``(N,)`` bool; False for a row with no valid token.
-    """
-    m = mask.bool()
-    last = m.size(1) - 1 - m.long().flip(1).argmax(dim=1)
-    return m.any(dim=1) & (ids.gather(1, last[:, None]).squeeze(1) == eos_id)
-
-
 def sequence_risk(advantages: Tensor, mask: Tensor) -> Tensor:
     """``(N,)`` W = minus the advantage at each sequence's first valid token, i.e. minus the
     sequence's return (the reward when the advantages are the rewards passed through; a row with
@@ -120,4 +103,4 @@ def mwer_group_loss(x) -> tuple[Tensor, dict[str, float]]:
     return mwer_loss(seq_logp, sequence_risk(x.advantages, m), x.group_index.to(seq_logp.device), keep)
 
 
-__all__ = ["ended_with_eos", "sequence_risk", "mwer_loss", "mwer_group_loss"]
+__all__ = ["sequence_risk", "mwer_loss", "mwer_group_loss"]

@@ -1,6 +1,7 @@
-"""Reward shaping before the advantage estimator: how multi-term rewards combine (a registry,
-`algo.reward_aggregation`): their weighted sum, or each term normalised within its group (GDPO).
-Clipping (`clip_rewards`) happens inside the estimators, after their group baseline, as OpenRLHF's
+"""Reward shaping before the advantage estimator, in one place (`shape_rewards`): how multi-term
+rewards combine (a registry, `algo.reward_aggregation`: their weighted sum, or each term normalised
+within its group, GDPO), then the length penalties (DAPO's overlong, ProRL's stop-properly). Clipping
+(`groups.clip_rewards`) happens inside the estimators, after their group baseline, as OpenRLHF's
 `compute_reward`. Pure torch.
 
 Shapes: N samples, rows of a group contiguous (group_size n); K reward terms.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from asr_rl.algos.advantages import _grouped, clip_rewards  # noqa: F401 (re-exported)
+from asr_rl.algos.groups import grouped
 from asr_rl.registry import Registry
 
 
@@ -63,7 +64,7 @@ def normalize_then_sum(terms: Tensor, weights: Tensor, group_size: int, eps: flo
     K, N = terms.shape
     if weights.shape != (K,):
         raise ValueError(f"weights must be ({K},) for {K} terms, got {tuple(weights.shape)}")
-    g = _grouped(terms.reshape(-1).float(), group_size, "normalize_then_sum").view(K, N // group_size, group_size)
+    g = grouped(terms.reshape(-1).float(), group_size, "normalize_then_sum").view(K, N // group_size, group_size)
     z = (g - g.mean(dim=-1, keepdim=True)) / (g.std(dim=-1, keepdim=True) + eps)
     return (weights.float().view(K, 1, 1) * z).sum(dim=0).reshape(N)
 
@@ -106,6 +107,53 @@ def stop_properly(rewards: Tensor, truncated: Tensor, coef: float) -> Tensor:
         raise ValueError(f"stop_properly_penalty_coef must be in [0, 1] (a scale) or < 0 (a reward), got {coef}")
     penalised = torch.full_like(rewards, coef) if coef < 0 else rewards * coef
     return torch.where(truncated.bool(), penalised, rewards)
+
+
+@dataclass(frozen=True)
+class LengthPenalties:
+    """The length penalties on sampled rows (None: off).
+
+    Attributes:
+        max_new_tokens: the rollout's length limit.
+        overlong_buffer_len, overlong_penalty_factor: DAPO's soft overlong punishment (`overlong_penalty`).
+        stop_properly_penalty_coef: ProRL's factor on the reward of a row cut at the limit (`stop_properly`).
+    """
+
+    max_new_tokens: int
+    overlong_buffer_len: float | None = None
+    overlong_penalty_factor: float = 1.0
+    stop_properly_penalty_coef: float | None = None
+
+
+def shape_rewards(rewards: Tensor, terms: Tensor | None, weights: Tensor | None, group_size: int, aggregation: str,
+                  eps: float, lengths: Tensor, sampled: Tensor, ended: Tensor | None,
+                  penalties: LengthPenalties) -> Tensor:
+    """The sequence rewards the estimator takes: the terms combined by `aggregation` (a
+    `REWARD_AGGREGATIONS` name), then the length penalties on the sampled rows (before the
+    estimator, as OpenRLHF 0.11.2 `apply_length_penalties`); a row the policy did not sample (a
+    group's reference transcript) keeps its reward.
+
+    Args:
+        rewards: ``(N,)`` the reward's combined rewards.
+        terms: ``(K, N)`` per-term rewards, or None (a `per_term` aggregation needs them).
+        weights: ``(K,)`` the terms' weights, or None.
+        lengths: ``(N,)`` response lengths.
+        sampled: ``(N,)`` bool, the rows the policy sampled.
+        ended: ``(N,)`` bool, the rows whose last token is EOS (`groups.ended_with_eos`); needed only
+            with the stop-properly penalty.
+
+    Returns:
+        ``(N,)``.
+    """
+    out = REWARD_AGGREGATIONS.get(aggregation)(rewards, terms, weights, group_size, eps)
+    p = penalties
+    if p.overlong_buffer_len is not None:
+        penalty = overlong_penalty(lengths, p.max_new_tokens, p.overlong_buffer_len, p.overlong_penalty_factor)
+        out = out + torch.where(sampled, penalty, torch.zeros_like(penalty))
+    if p.stop_properly_penalty_coef is not None:
+        # cut at the limit: as long as it may be, and its last token is not EOS (vLLM's finish_reason "length")
+        out = stop_properly(out, sampled & (lengths >= p.max_new_tokens) & ~ended, p.stop_properly_penalty_coef)
+    return out
 
 
 def in_band(mean_reward: float, band: tuple[float, ...] | None) -> bool:

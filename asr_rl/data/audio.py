@@ -1,7 +1,7 @@
 """Audio I/O: read with soundfile, mix down to mono, resample with soxr to the model's rate.
 
 torchaudio is deliberately not used: its PyPI build is linked against CUDA torch and fails to import
-beside the CPU build (../shared/ENVIRONMENT.md).
+beside the CPU build.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Manifests: one utterance per JSONL line (DESIGN.md, "Files").
+"""Manifests: one utterance per JSONL line (README.md, "Bring your own data").
 
     {"id", "audio": path relative to the manifest or absolute, "text": reference,
      "language": "en"|"zh"|..., "keywords": [...] (optional), "duration": seconds (optional),

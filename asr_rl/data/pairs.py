@@ -89,9 +89,9 @@ def read_unpaired(path: str | os.PathLike, audio: bool) -> list[Unpaired]:
 
 
 def preference_kind(path: str | os.PathLike) -> str | None:
-    """What a manifest holds, from the keys of its first JSON-object line: `dpo` (`chosen`,
-    `rejected`: what `train dpo` reads), `kto` (`completion`, `label`: `train kto`), or None (a
-    plain manifest)."""
+    """What a manifest holds, from the keys of its first JSON-object line: `paired` (`chosen`,
+    `rejected`: what `train dpo` reads), `unpaired` (`completion`, `label`: `train kto`), or None
+    (a plain manifest)."""
     with open(path, encoding="utf-8") as f:
         for raw in f:
             try:
@@ -99,14 +99,14 @@ def preference_kind(path: str | os.PathLike) -> str | None:
             except json.JSONDecodeError:
                 continue
             if isinstance(row, dict):
-                return "dpo" if {"chosen", "rejected"} & row.keys() else "kto" if "completion" in row else None
+                return "paired" if {"chosen", "rejected"} & row.keys() else "unpaired" if "completion" in row else None
     return None
 
 
 def preference_problems(utterances: list[Utterance], kind: str) -> list[Problem]:
-    """The lines of a scanned pair (`dpo`) or KTO (`kto`) manifest that `train dpo`/`train kto`
+    """The lines of a scanned `paired` (DPO) or `unpaired` (KTO) manifest that `train dpo`/`train kto`
     would refuse for their preference fields (the manifest fields are `scan_manifest`'s to check)."""
-    check = _pair_problem if kind == "dpo" else (lambda row: _unpaired(row)[1])
+    check = _pair_problem if kind == "paired" else (lambda row: _unpaired(row)[1])
     return [Problem(_line(u), problem) for u in utterances if (problem := check(u.meta))]
 
 

@@ -1,4 +1,4 @@
-"""Text prompt sets for the text RLHF path (DESIGN.md, "Files").
+"""Text prompt sets for the text RLHF path (README.md, "Bring your own data").
 
     {"prompt": "..." or "messages": [{"role": ..., "content": ...}, ...], "label": "..." (optional), ...}
 

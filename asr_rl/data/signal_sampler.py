@@ -3,7 +3,7 @@ carried a learning signal more often, and the saturated ones less, without dropp
 
 A group whose rewards all tie gives every member a zero group-normalised advantage: GRPO learns
 nothing from it and dynamic filtering throws it away after paying for its generation (on a converged
-SFT model most groups tie; ENVIRONMENT.md measured 65%). The sampler learns from the loop's feedback
+SFT model most groups tie; 65% in our measurement). The sampler learns from the loop's feedback
 which utterances those are and spends the rollouts elsewhere (in the spirit of prioritised replay,
 Schaul et al. 2016, arXiv:1511.05952, and of DAPO's dynamic sampling, arXiv:2503.14476, moved
 before generation). An error shows as reward variance: with `rollout.reference_in_group` the

@@ -3,7 +3,7 @@
 Encode each utterance once (audio encoder + projector), splice the audio embeddings into the prompt
 embeddings, then reuse those prompt embeddings for every one of the group's `n` samples and for the
 log-probabilities of any given transcripts. The encoder runs without grad when it is frozen, so an
-RL step pays for it once per utterance, not once per sample (ENVIRONMENT.md measured that
+RL step pays for it once per utterance, not once per sample (a calibration run measured that
 recomputing the shared audio prefix dominated a naive GRPO step).
 
 Sampling and scoring share one distribution: both divide logits by the sampling temperature and

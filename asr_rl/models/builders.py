@@ -21,7 +21,13 @@ from asr_rl.models.tokenizer import build_char_tokenizer, read_texts
 from asr_rl.utils import umasked
 
 INFO_FILE = "asr_rl.json"
-TEXT_SIZES = {name: FAMILIES["qwen3_asr"].sizes[name]["text"] for name in ("tiny", "small")}
+# the text LLMs of the text RLHF path, as large as the audio-LLMs' LLMs of the same size names
+TEXT_SIZES = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=32),
+    "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=64),
+}
 TEXT_ARCHS = ("qwen2", "qwen3")  # text LLMs for the text RLHF path
 ARCHS = (*FAMILIES, *TEXT_ARCHS)
 
@@ -81,7 +87,7 @@ def init_model(arch: str, size: str, tokenizer_from: list[str | os.PathLike], ou
         raise FileExistsError(f"{out} already exists and is not empty; choose another --out or delete it")
     info = {"arch": arch, "size": size, "seed": seed}
     if arch in FAMILIES:
-        spec = FAMILIES[arch]
+        spec = FAMILIES.get(arch)
         source = spec.default_encoder if encoder == "default" else (None if encoder in (None, "none") else encoder)
         tokenizer = tokenizer or spec.default_tokenizer(size)
         tok = spec.make_tokenizer(texts, size, tokenizer)

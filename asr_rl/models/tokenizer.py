@@ -8,7 +8,7 @@ tokenise) is one token; the family's special tokens (`TokenizerSpec`, given by i
 `PreTrainedTokenizerFast` (saved with the `tokenizers` backend), which `AutoProcessor.from_pretrained` loads with no asr-rl code.
 
 A WordLevel tokenizer would be silently replaced by Qwen2's byte-level pre-tokenizer when loaded as a
-qwen2/qwen3 tokenizer (ENVIRONMENT.md), hence a merge-free BPE over characters.
+qwen2/qwen3 tokenizer, hence a merge-free BPE over characters.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Reading a Hugging Face model folder strictly: its config, and weights that must fit the class
 exactly (no parameter left random, no key left unused). A leaf: the families, the policies and
-`model info` all read folders through it."""
+`model info` all read folders through it; and the causal LLM's weights as a standalone model names
+them (what a rollout engine serving only the LLM loads)."""
 from __future__ import annotations
 
 import json
@@ -63,4 +64,42 @@ def load_strict(model_cls, path: str | Path, dtype: torch.dtype = torch.float32,
     return model
 
 
-__all__ = ["read_model_config", "config_error", "load_strict"]
+# ---------------------------------------------------------------------------------- the LLM alone
+def is_tied(policy) -> bool:
+    head = policy.model.get_output_embeddings()
+    emb = policy.model.get_input_embeddings()
+    return head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
+
+
+def module_prefix(model: torch.nn.Module, module: torch.nn.Module) -> str:
+    for name, m in model.named_modules():
+        if m is module:
+            return name
+    raise ValueError("the language model is not a submodule of the policy model")
+
+
+def llm_named_weights(policy) -> list[tuple[str, torch.Tensor]]:
+    """The policy's causal-LLM weights under standalone `*ForCausalLM` names (`model.*`, plus
+    `lm_head.weight` when untied), LoRA adapters merged. Tensors are the live ones (no copy) except
+    merged LoRA weights; call under `GatheredParameters` with ZeRO-3."""
+    lm = policy.body()
+    deltas = {}
+    if any("lora_" in n for n, _ in lm.named_parameters()):
+        from peft.tuners.lora import LoraLayer
+
+        for name, m in lm.named_modules():
+            if isinstance(m, LoraLayer) and not m.merged:
+                deltas[f"{name}.base_layer.weight"] = sum(m.get_delta_weight(a) for a in m.active_adapters)
+    out = []
+    for name, t in lm.state_dict().items():
+        if "lora_" in name:
+            continue
+        if name in deltas:
+            t = t + deltas[name].to(t.dtype)
+        out.append(("model." + name.replace(".base_layer.", "."), t))
+    if not is_tied(policy):
+        out.append(("lm_head.weight", policy.model.get_output_embeddings().weight))
+    return out
+
+
+__all__ = ["read_model_config", "config_error", "load_strict", "is_tied", "module_prefix", "llm_named_weights"]

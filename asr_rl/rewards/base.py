@@ -1,4 +1,4 @@
-"""The reward contract (DESIGN.md, "Interfaces").
+"""The reward contract (README.md, "Bring your own reward").
 
 A reward gets the batch of samples and returns one reward per sample, optional scores in [0, 1]
 and per-term values for logging (torchtune's `RewardOutput`, TRL's plain-callable signature).

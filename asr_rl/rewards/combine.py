@@ -1,14 +1,12 @@
-"""A weighted sum of built-in terms behind the reward contract, and the builder that picks the
-reward a config asks for."""
+"""A weighted sum of built-in terms behind the reward contract, and the time limit a local reward
+runs under (which reward a config asks for is chosen in pipeline.py)."""
 from __future__ import annotations
 
 import queue
 import threading
 
 from asr_rl.rewards.base import RewardError, RewardOutput, Sample, check_output
-from asr_rl.rewards.config import RewardConfig
-from asr_rl.rewards.plugins import load_reward_file
-from asr_rl.rewards.terms import DEFAULT_ASR_TERMS, get_term
+from asr_rl.rewards.terms import get_term
 
 
 class WeightedReward:
@@ -71,36 +69,3 @@ class TimedReward:
         if name.startswith("__") or name == "reward":
             raise AttributeError(name)
         return getattr(self.reward, name)
-
-
-def build_reward(cfg: RewardConfig):
-    """The reward the config selects: a remote server, a user file, or the built-in terms (local
-    ones under `reward.timeout`)."""
-    if cfg.remote_url:
-        import os
-
-        from asr_rl.rewards.client import RemoteReward
-
-        return RemoteReward(cfg.remote_url, token=cfg.remote_token or os.environ.get("ASR_RL_REWARD_TOKEN"),
-                            timeout=cfg.remote_timeout, max_retries=cfg.remote_max_retries)
-    if cfg.file:
-        return TimedReward(load_reward_file(cfg.file), cfg.timeout)
-    return TimedReward(WeightedReward(cfg.terms, cfg.term_options), cfg.timeout)
-
-
-def _term_weight(spec: str, item: str) -> tuple[str, float]:
-    name, _, weight = item.partition("=")
-    try:
-        return name.strip(), float(weight) if weight.strip() else 1.0
-    except ValueError:
-        raise ValueError(f"reward spec {spec!r}: weight of term {name.strip()!r} is not a number: {weight!r}") from None
-
-
-def load_reward_spec(spec: str):
-    """`builtin:asr` (the default multi-term ASR reward), `builtin:<term>[=<weight>][,...]` (weight 1.0
-    when not given, e.g. `builtin:cer,keyword=0.5`), or a `.py` path."""
-    if spec.startswith("builtin:"):
-        names = spec.split(":", 1)[1]
-        terms = DEFAULT_ASR_TERMS if names == "asr" else dict(_term_weight(spec, n) for n in names.split(",") if n.strip())
-        return WeightedReward(terms)
-    return load_reward_file(spec)

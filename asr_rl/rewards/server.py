@@ -1,4 +1,4 @@
-"""An HTTP reward server speaking OpenRLHF's remote reward protocol (DESIGN.md, "Interfaces").
+"""An HTTP reward server speaking OpenRLHF's remote reward protocol (README.md, "Bring your own reward").
 
 `POST /get_reward` takes `{"query": [...], "prompts": [...], "labels": [...]}` (OpenRLHF's
 `remote_rm_fn` body) and answers `{"rewards": [...], "scores": [...], "extra_logs": {...}}`.
@@ -116,6 +116,15 @@ def sample_from_dict(d, i: int) -> Sample:
     return Sample(**kw)
 
 
+def _specs_by_format() -> list:
+    """The model families, those whose output has a format of its own (a language tag) first: a
+    plain family parses any text, so it only answers what no tagged family recognises."""
+    from asr_rl.models.families import FAMILIES, AudioLLMSpec
+
+    specs = [FAMILIES.get(name) for name in FAMILIES]
+    return sorted(specs, key=lambda spec: type(spec).parse_output is AudioLLMSpec.parse_output)
+
+
 def sample_from_query(query: str, prompt: str, label: str, language=None, keywords=None, context=None) -> Sample:
     """One OpenRLHF triple -> a Sample.
 
@@ -126,12 +135,10 @@ def sample_from_query(query: str, prompt: str, label: str, language=None, keywor
     language; else the response as it is. well_formed stays True: without our extension the server
     cannot tell a text task (no format expected) from a malformed ASR answer.
     """
-    from asr_rl.models.families import FAMILIES
-
     response = query[len(prompt):] if prompt and query.startswith(prompt) else query
     response = _TRAILING_SPECIAL.sub("", response.rsplit(_ASSISTANT_TURN, 1)[-1])
     predicted, hypothesis = None, response
-    for spec in FAMILIES.values():
+    for spec in _specs_by_format():
         tag, transcript, ok = spec.parse_output(response)
         if ok:
             predicted, hypothesis = tag, transcript
@@ -299,7 +306,7 @@ def serve(reward_spec: str = "builtin:asr", host: str = "127.0.0.1", port: int =
     """
     import uvicorn
 
-    from asr_rl.rewards.combine import load_reward_spec  # lazy: plugins may import user code
+    from asr_rl.rewards.pipeline import load_reward_spec  # lazy: plugins may import user code
 
     token = (token if token is not None else os.environ.get(TOKEN_ENV)) or None  # "" means none
     reward = load_reward_spec(reward_spec)

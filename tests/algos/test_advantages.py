@@ -85,10 +85,10 @@ def test_group_std_eps_decides_a_near_tied_group():
 
 def test_reward_clipping_and_the_settings_reach_the_loop():
     from asr_rl.config import load_config
-    from asr_rl.algos.reward_shaping import clip_rewards
-    from asr_rl.trainer.config import RLConfig
-    from asr_rl.trainer.rl.loop import RLTrainer
-    from asr_rl.trainer.rl.rollout import Group, build_experience
+    from asr_rl.algos.groups import clip_rewards
+    from asr_rl.trainer.configs.rl import RLConfig
+    from asr_rl.trainer.driver.loop import RLTrainer
+    from asr_rl.trainer.rollout.experience import Group, build_experience
 
     _close(clip_rewards(torch.tensor([-30.0, 0.5, 12.0]), (-10.0, 10.0)), [-10.0, 0.5, 10.0])
     _close(clip_rewards(torch.tensor([-30.0, 12.0]), None), [-30.0, 12.0])
@@ -111,7 +111,7 @@ def test_reward_clipping_and_the_settings_reach_the_loop():
 ])
 def test_bad_reward_clip_and_std_eps_are_refused(override, message):
     from asr_rl.config import ConfigError, load_config
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     with pytest.raises((ConfigError, ValueError), match=message):
         load_config(RLConfig, None, [override])
@@ -134,9 +134,9 @@ def test_normalize_then_sum_by_hand():
 
 def test_normalize_then_sum_reaches_the_loop_and_refuses_a_single_score_reward():
     from asr_rl.config import ConfigError, load_config
-    from asr_rl.trainer.config import RLConfig
-    from asr_rl.trainer.rl.loop import RLTrainer
-    from asr_rl.trainer.rl.rollout import Group, build_experience
+    from asr_rl.trainer.configs.rl import RLConfig
+    from asr_rl.trainer.driver.loop import RLTrainer
+    from asr_rl.trainer.rollout.experience import Group, build_experience
 
     cfg = load_config(RLConfig, None, ["n_samples_per_prompt=2", "rollout_batch_size=1", "init_kl_coef=0",
                                        "micro_train_batch_size=2", "algo.reward_aggregation=normalize_then_sum",
@@ -330,7 +330,7 @@ def test_bad_shapes_and_nan_rewards():
 
 def test_a_new_estimator_is_one_registry_entry_that_the_config_and_loop_see(monkeypatch):
     from asr_rl.config import ConfigError, load_config
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     monkeypatch.setattr(ADVANTAGE_ESTIMATORS, "_entries", dict(ADVANTAGE_ESTIMATORS._entries))
 
@@ -427,7 +427,7 @@ def test_module_imports_only_torch_stdlib_and_the_registry():
     import asr_rl.registry
 
     mods = _imports(adv_mod.__file__)
-    ours = {"asr_rl.registry", "asr_rl.algos.masked"}
+    ours = {"asr_rl.registry", "asr_rl.algos.masked", "asr_rl.algos.groups", "asr_rl.algos.returns"}
     assert {m.split(".")[0] for m in mods - ours} <= {"__future__", "dataclasses", "typing", "torch"}, mods
     assert _imports(asr_rl.registry.__file__) <= {"__future__", "collections.abc", "dataclasses", "typing"}
 

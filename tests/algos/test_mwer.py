@@ -10,7 +10,8 @@ import torch
 
 from asr_rl.algos.advantages import AdvantageInputs, advantage_spec, compute_advantages
 from asr_rl.algos.losses import POLICY_LOSSES, compute_policy_loss
-from asr_rl.algos.mwer import ended_with_eos, mwer_loss, sequence_risk
+from asr_rl.algos.groups import ended_with_eos
+from asr_rl.algos.mwer import mwer_loss, sequence_risk
 
 LN = math.log
 EOS = 9

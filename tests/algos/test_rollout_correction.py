@@ -109,7 +109,7 @@ def test_divergence_gates_by_hand(name, high, expected):
 
 
 def test_a_divergence_gate_refuses_a_lower_bound_at_load():
-    from asr_rl.trainer.config import AlgoConfig
+    from asr_rl.trainer.configs.rl import AlgoConfig
 
     with pytest.raises(ValueError, match=r"bounds a divergence from above only: set "
                                          r"algo.rollout_correction_threshold=\[0, 5.0\]"):

@@ -101,7 +101,7 @@ def test_feedback_for_an_unknown_item_and_the_config():
     assert loader.metrics() == {}
     with pytest.raises(ValueError, match="did not draw"):
         loader.feedback(["elsewhere"], [SATURATED])
-    from asr_rl.trainer.config import RLConfig, SFTConfig
+    from asr_rl.trainer.configs.rl import RLConfig, SFTConfig
 
     assert load_config(RLConfig, None, ["data.sampler=signal"]).data.sampler_floor == 0.1
     with pytest.raises(ConfigError, match="unknown data.sampler 'often'; valid: signal, uniform"):

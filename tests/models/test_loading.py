@@ -18,6 +18,6 @@ def test_an_audio_run_from_a_text_lm_says_so_before_the_characters_its_tokenizer
                  f"output_dir={out}"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (f"asr-rl: error: `pretrain={tiny_text_model}`: this folder is a text LM (qwen2), not an "
-                      "audio-LLM; audio training needs one of qwen3_asr, qwen2_audio, glm_asr, qwen2_5_omni, voxtral "
+                      "audio-LLM; audio training needs one of glm_asr, qwen2_audio, qwen2_5_omni, qwen3_asr, voxtral "
                       f"(e.g. `asr-rl model init --arch qwen2_audio`){hint}")
     assert not out.exists()  # refused before the run folder was touched

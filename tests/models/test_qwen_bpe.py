@@ -10,7 +10,7 @@ from asr_rl.models.qwen_bpe import build_qwen_tokenizer
 
 @pytest.fixture(scope="module")
 def q3():
-    return build_qwen_tokenizer(FAMILIES["qwen3_asr"].tokenizer_spec(real_ids=True))
+    return build_qwen_tokenizer(FAMILIES.get("qwen3_asr").tokenizer_spec(real_ids=True))
 
 
 @pytest.mark.parametrize("text, ids", [
@@ -25,7 +25,7 @@ def test_released_encodings(q3, text, ids):
 
 @pytest.mark.parametrize("arch", ["qwen3_asr", "qwen2_audio", "qwen2_5_omni"])
 def test_every_special_token_sits_at_its_released_id_and_is_one_token(arch):
-    spec = FAMILIES[arch].tokenizer_spec(real_ids=True)
+    spec = FAMILIES.get(arch).tokenizer_spec(real_ids=True)
     tok = build_qwen_tokenizer(spec)
     for token, i in spec.ids.items():
         assert tok.convert_tokens_to_ids(token) == i and tok.encode(f"a{token}b", add_special_tokens=False)[1] == i
@@ -83,7 +83,7 @@ def test_a_response_ending_inside_a_character_is_parsed_and_scored_not_dropped(q
     body = q3.encode("把空调调到26度", add_special_tokens=False)
     partial = next(i for i in range(151643) if "\ufffd" in q3.decode([i]))
     text = q3.decode(prefix + body[:2] + [partial], skip_special_tokens=False)
-    language, transcript, ok = FAMILIES["qwen3_asr"].parse_output(text)
+    language, transcript, ok = FAMILIES.get("qwen3_asr").parse_output(text)
     assert (language, ok) == ("Chinese", True) and transcript.startswith("把空调") and "\ufffd" in transcript
     sample = Sample(transcript, "把空调调到26度", "zh", keywords=("空调",))
     [c], [k] = cer_term([sample]), keyword_term([sample])

@@ -161,7 +161,8 @@ def test_vllm_greedy_equals_the_policy_s_own(models, digit_corpus, arch):
 @pytest.mark.slow
 def test_dpo_on_bpe_pairs_grows_the_chosen_margin(models, digit_corpus, tmp_path):
     from asr_rl.config import load_config
-    from asr_rl.trainer.recipes.dpo import DPOConfig, load_examples, train_dpo
+    from asr_rl.trainer.configs.preference import DPOConfig
+    from asr_rl.trainer.recipes.dpo import load_examples, train_dpo
     from tests.trainer.recipes.test_dpo import _margin, _reference_pairs
 
     model = models("qwen3_asr")
@@ -179,7 +180,7 @@ def test_dpo_on_bpe_pairs_grows_the_chosen_margin(models, digit_corpus, tmp_path
 def test_grpo_scored_by_a_real_reward_server_on_bpe_transcripts(models, digit_corpus, tmp_path, reward_server):
     from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
     from asr_rl.trainer.run.metrics import read_metrics
-    from tests.trainer.rl.test_grpo_e2e import _overrides
+    from tests.trainer.driver.test_grpo_e2e import _overrides
 
     out = tmp_path / "remote"
     run_audio_rl(load_rl_config("grpo", None, _overrides(

@@ -73,8 +73,8 @@ def test_rollout_log_probs_equal_the_trainers_scoring(tiny_model, tiny_corpus):
     from asr_rl.data.batching import load_batch
     from asr_rl.data.manifest import read_manifest
     from asr_rl.models.audio_policy import AudioPolicy
-    from asr_rl.trainer.config import RolloutConfig
-    from asr_rl.trainer.rl.engines import HFRolloutEngine
+    from asr_rl.trainer.configs.rl import RolloutConfig
+    from asr_rl.trainer.rollout.engines import HFRolloutEngine
 
     policy = AudioPolicy.from_pretrained(tiny_model).eval()
     rows = policy.encode_batch(load_batch(read_manifest(tiny_corpus / "train.jsonl")[:2]))

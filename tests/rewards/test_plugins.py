@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from asr_rl.rewards.base import RewardError, Sample
-from asr_rl.rewards.combine import load_reward_spec
+from asr_rl.rewards.pipeline import load_reward_spec
 from asr_rl.rewards.plugins import load_reward_file
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rewards"
@@ -123,21 +123,21 @@ def test_builtin_spec_takes_weights_per_term():
 def test_a_reward_file_that_blocks_stops_the_step_naming_reward_and_utterances(tmp_path):
     import time
 
-    from asr_rl.rewards.combine import build_reward
+    from asr_rl.rewards.pipeline import make_reward
     from asr_rl.rewards.config import RewardConfig
 
     path = _file(tmp_path, "import time\ndef reward_func(queries, prompts, labels):\n    time.sleep(60)\n")
-    reward = build_reward(RewardConfig(file=str(path), timeout=0.5))
+    reward = make_reward(RewardConfig(file=str(path), timeout=0.5))
     start = time.perf_counter()
     with pytest.raises(RewardError, match=r"reward 'my_reward.py.*' did not return within reward.timeout=0.5 s "
                                           r"for 2 samples \(utterances u1, u2\)"):
         reward(SAMPLES)
     assert time.perf_counter() - start < 5
     # a reward within its time, and one that raises, behave as without the limit
-    fast = build_reward(RewardConfig(file=str(_file(tmp_path, "def reward_func(queries, prompts, labels):\n"
+    fast = make_reward(RewardConfig(file=str(_file(tmp_path, "def reward_func(queries, prompts, labels):\n"
                                                               "    return [1.0] * len(queries)\n")), timeout=5))
     assert fast(SAMPLES).rewards == [1.0, 1.0]
-    bad = build_reward(RewardConfig(file=str(_file(tmp_path, "def reward_func(queries, prompts, labels):\n"
+    bad = make_reward(RewardConfig(file=str(_file(tmp_path, "def reward_func(queries, prompts, labels):\n"
                                                              "    raise KeyError('x')\n")), timeout=5))
     with pytest.raises(RewardError, match="KeyError"):
         bad(SAMPLES)
@@ -152,7 +152,7 @@ def test_a_reward_file_that_blocks_stops_the_step_naming_reward_and_utterances(t
 ])
 def test_reward_settings_that_do_not_apply_are_refused(override, message):
     from asr_rl.config import ConfigError, load_config
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     with pytest.raises(ConfigError, match=message.replace("(", "\\(")):
         load_config(RLConfig, None, override)

@@ -6,7 +6,7 @@ import pytest
 
 from asr_rl.trainer.run.metrics import read_metrics
 from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
-from tests.trainer.rl.test_grpo_e2e import _overrides
+from tests.trainer.driver.test_grpo_e2e import _overrides
 
 pytestmark = pytest.mark.slow
 

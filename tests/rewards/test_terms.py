@@ -128,7 +128,7 @@ def test_weighted_reward_combines_and_logs_each_term():
 ])
 def test_reward_names_and_urls_are_checked_at_config_load(override, message):
     from asr_rl.config import ConfigError, load_config
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     with pytest.raises(ConfigError) as e:
         load_config(RLConfig, None, override)
@@ -138,7 +138,7 @@ def test_reward_names_and_urls_are_checked_at_config_load(override, message):
 def test_terms_of_a_reward_file_or_server_are_not_checked_and_a_registered_term_is_valid():
     from asr_rl.config import load_config
     from asr_rl.rewards.terms import register_term
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     # the default terms stay in the config but do not apply to a file or remote reward
     assert load_config(RLConfig, None, ["reward.file=f.py"]).reward.file == "f.py"

@@ -1,20 +1,20 @@
 """Model families, one `AudioLLMSpec` each, looked up by `config.model_type` or `--arch` name.
 
-Adding a family: write `families/<name>.py` with a spec subclass and list it in `_FAMILIES`
-below; nothing else in the toolkit names a model type.
+Adding a family: write `families/<name>.py` with a spec subclass decorated `@register_family`
+(base.py). Every module of this package is imported here, so no list names it, and nothing else in
+the toolkit names a model type.
 """
 from __future__ import annotations
 
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, AudioTooLong
-from asr_rl.models.families.glm_asr import GlmAsrSpec
-from asr_rl.models.families.qwen2_5_omni import Qwen2_5OmniSpec
-from asr_rl.models.families.qwen2_audio import Qwen2AudioSpec
-from asr_rl.models.families.qwen3_asr import Qwen3ASRSpec
-from asr_rl.models.families.voxtral import VoxtralSpec
+import importlib
+import pkgutil
 
-_FAMILIES: tuple[AudioLLMSpec, ...] = (Qwen3ASRSpec(), Qwen2AudioSpec(), GlmAsrSpec(), Qwen2_5OmniSpec(), VoxtralSpec())
-SPECS: dict[str, AudioLLMSpec] = {t: spec for spec in _FAMILIES for t in spec.model_types}
-FAMILIES: dict[str, AudioLLMSpec] = {spec.name: spec for spec in _FAMILIES}
+from asr_rl.models.families.base import FAMILIES, AudioLLMSpec, AudioPrompts, AudioTooLong, register_family
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):  # each registers its family
+    importlib.import_module(f"{__name__}.{_module}")
+
+SPECS: dict[str, AudioLLMSpec] = {t: FAMILIES.get(name) for name in FAMILIES for t in FAMILIES.get(name).model_types}
 
 
 def spec_for(model_type: str) -> AudioLLMSpec:
@@ -40,5 +40,5 @@ def model_kind(model_type: str) -> str | None:
     return "causal LM" if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else None
 
 
-__all__ = ["AudioLLMSpec", "AudioPrompts", "AudioTooLong", "FAMILIES", "SPECS", "spec_for", "is_audio_llm",
-           "model_kind"]
+__all__ = ["AudioLLMSpec", "AudioPrompts", "AudioTooLong", "FAMILIES", "SPECS", "register_family", "spec_for",
+           "is_audio_llm", "model_kind"]

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from asr_rl.models.tokenizer import TokenizerSpec, build_char_tokenizer
+from asr_rl.registry import Registry
 
 
 @dataclass
@@ -247,3 +248,14 @@ class AudioLLMSpec:
         if size not in self.sizes:
             raise ValueError(f"unknown size {size!r} for {self.name}; choose one of {', '.join(self.sizes)}")
         return self.sizes[size]
+
+
+FAMILIES: Registry[AudioLLMSpec] = Registry("model family")
+
+
+def register_family(cls: type[AudioLLMSpec]) -> type[AudioLLMSpec]:
+    """Class decorator: one instance of the spec subclass `cls` serves `--arch cls.name` (and the
+    folders whose `config.model_type` is in `cls.model_types`)."""
+    FAMILIES.register(cls.name)(cls())
+    return cls
+

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, register_family, with_context
 from asr_rl.models.tokenizer import TokenizerSpec
 
 ENDOFTEXT, USER, ASSISTANT, SYSTEM = "<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>"
@@ -53,6 +53,7 @@ def placeholder_count(mel_frames: torch.Tensor) -> torch.Tensor:
     return ((mel_frames - 1) // 2 + 1 - MERGE) // MERGE + 1
 
 
+@register_family
 class GlmAsrSpec(AudioLLMSpec):
     name = "glm_asr"
     model_types = ("glmasr",)

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from asr_rl.data.languages import LANGUAGE_NAMES
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, register_family, with_context
 from asr_rl.models.families.qwen2_audio import whisper_features
 from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
 
@@ -102,6 +102,7 @@ class OmniAudioProcessor:
             (Path(path) / name).write_text(text, encoding="utf-8")
 
 
+@register_family
 class Qwen2_5OmniSpec(AudioLLMSpec):
     name = "qwen2_5_omni"
     released_bpe = "qwen"

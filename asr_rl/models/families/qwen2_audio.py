@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from asr_rl.data.languages import LANGUAGE_NAMES, language_code
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, register_family, with_context
 from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
 
 AUDIO, AUDIO_BOS, AUDIO_EOS = "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"
@@ -63,6 +63,7 @@ def placeholder_count(mel_frames: torch.Tensor) -> torch.Tensor:
     return ((mel_frames - 1) // 2 + 1 - 2) // 2 + 1
 
 
+@register_family
 class Qwen2AudioSpec(AudioLLMSpec):
     name = "qwen2_audio"
     released_bpe = "qwen"
@@ -80,7 +81,7 @@ class Qwen2AudioSpec(AudioLLMSpec):
                                     num_key_value_heads=1),
                           audio=dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128),
                           real_ids=True),
-        # ENVIRONMENT.md's calibration: projector + 3-layer Qwen2 (hidden 256) on frozen Whisper tiny.en
+        # the calibration run's model: projector + 3-layer Qwen2 (hidden 256) on frozen Whisper tiny.en
         "small": dict(text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
                                 num_key_value_heads=2),
                       audio=dict(d_model=256, encoder_layers=3, encoder_attention_heads=4, encoder_ffn_dim=1024)),

@@ -10,7 +10,7 @@ initialised model (the audio tower trains from scratch, with CTC; trainer/ctc.py
 from __future__ import annotations
 
 from asr_rl.data.languages import LANGUAGE_NAMES, language_name
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, register_family
 from asr_rl.models.tokenizer import IM_END, IM_START, PAD, TokenizerSpec
 
 AUDIO_START, AUDIO_END, AUDIO_PAD, ASR_TEXT = "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>", "<asr_text>"
@@ -47,6 +47,7 @@ def context_prompt(context: tuple[str, ...]) -> str | None:
     return ", ".join(context) if context else None
 
 
+@register_family
 class Qwen3ASRSpec(AudioLLMSpec):
     name = "qwen3_asr"
     released_bpe = "qwen"
@@ -57,7 +58,7 @@ class Qwen3ASRSpec(AudioLLMSpec):
                                 downsample_hidden_size=16),
                      text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                                num_key_value_heads=1, head_dim=32)),
-        # small: ~5M parameters, what ENVIRONMENT.md measured learning from scratch on 2 cores
+        # small: ~5M parameters, what learned from scratch on 2 cores in our calibration (BENCHMARKS.md)
         "small": dict(audio=dict(d_model=256, encoder_layers=3, encoder_attention_heads=4, encoder_ffn_dim=1024,
                                  downsample_hidden_size=64),
                       text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,

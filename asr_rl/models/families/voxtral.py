@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from asr_rl.data.languages import LANGUAGE_NAMES
-from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, with_context
+from asr_rl.models.families.base import AudioLLMSpec, AudioPrompts, register_family, with_context
 from asr_rl.models.tokenizer import TokenizerSpec
 
 VOCAB_SIZE = 131072
@@ -90,6 +90,7 @@ def tekken_file() -> Path:
     return _tekken_copy(json.dumps(data, ensure_ascii=False))
 
 
+@register_family
 class VoxtralSpec(AudioLLMSpec):
     name = "voxtral"
     model_types = ("voxtral",)

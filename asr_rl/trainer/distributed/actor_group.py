@@ -14,7 +14,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 
 class RankFailed(RuntimeError):
-    """A trainer rank or engine actor died or raised; the message names it."""
+    """A policy rank or engine actor died or raised; the message names it."""
 
 
 def free_port() -> int:

@@ -1,11 +1,11 @@
-"""DeepSpeed behind the strategy interface of trainer/strategy.py (`backward`, `step`, `lr`).
+"""DeepSpeed behind the strategy interface of trainer/update/strategy.py (`backward`, `step`, `lr`).
 
 ZeRO stage 0-3, fp32 or bf16, optional optimizer offload. Gradient accumulation is the caller's:
 each `backward` gets a loss already scaled per micro-batch and says whether it is the minibatch's
 last; the engine's accumulation boundary is set from that (`set_gradient_accumulation_boundary`),
 so the minibatch size may change from step to step (dynamic filtering) and the update code stays
 identical to the single-process one. On CPU the gloo backend is used and the
-JIT-compiled shared-memory op is skipped (ENVIRONMENT.md).
+JIT-compiled shared-memory op is skipped (its g++ build takes minutes on first use).
 """
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import torch
 
-from asr_rl.trainer.strategy import AdamWConfig, build_optimizer, build_scheduler
+from asr_rl.trainer.configs.optim import AdamWConfig
+from asr_rl.trainer.update.strategy import build_optimizer, build_scheduler
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str, master_port: int) -> None:
-    """Join the trainer ranks' process group (gloo on CPU, NCCL on GPUs) through DeepSpeed."""
+    """Join the policy ranks' process group (gloo on CPU, NCCL on GPUs) through DeepSpeed."""
     os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank if not torch.cuda.is_available() else 0))
     if not torch.cuda.is_available():

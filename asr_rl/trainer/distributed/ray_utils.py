@@ -18,7 +18,8 @@ def init_ray(num_cpus: int | None = None, object_store_mb: int = 512, address: s
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
-    # Every Ray worker process gets one torch thread: processes share the cores (ENVIRONMENT.md).
+    # Every Ray worker process gets one torch thread: processes share the cores (1 thread each runs
+    # 2-3x faster than 2 when several processes share 2 cores).
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "TOKENIZERS_PARALLELISM": "false"}
     env.update({k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})

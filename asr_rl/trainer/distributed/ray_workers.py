@@ -1,218 +1,188 @@
-"""The Ray backend: the loop's workers interface over actor groups.
-
-A single controller (the driver running `RLTrainer`) shards each call across the policy's
-data-parallel ranks by whole groups and gathers the results in order: encode and sample (rollout),
-annotate (old/reference log-probs, values), train (each rank updates on its shard; DeepSpeed
-all-reduces), and weight sync to the rollout engine. The reference model and the critic live in
-the policy ranks (colocated, the default) or in groups of their own (`colocate_actor_ref=false`,
-`colocate_critic=false`, `colocate_all=false`), which then work on the same shards at the same
-time as the policy ranks. A rank that dies stops the run with an error naming it; the last
-checkpoint stays intact.
+"""The workers as Ray actors: a policy worker (one DeepSpeed data-parallel rank of the policy and,
+colocated, the reference model and the critic: the local backend's `PolicyWorker`), and reference
+and critic workers of separate groups. Nothing here is RL math.
 """
 from __future__ import annotations
 
 import logging
-import math
+import os
+import warnings
+from pathlib import Path
 
 import ray
 import torch
 
-from asr_rl.trainer.distributed.actor_group import ActorGroup, check_resources, free_port
-from asr_rl.trainer.distributed.ray_actors import CriticRank, ReferenceRank, TrainerRank
-from asr_rl.trainer.distributed.ray_utils import init_ray
-from asr_rl.trainer.rl.engines import samples_in_engine_actors
-from asr_rl.trainer.rl.rollout import Experience
+from asr_rl.models.loading import build_critic, load_rl_policy
+from asr_rl.trainer.rollout.engines import build_engine, engine_spec, samples_in_engine_actors
+from asr_rl.trainer.rollout.experience import Experience
+from asr_rl.trainer.update.ppo import forward_logprobs, forward_values
+from asr_rl.trainer.update.strategy import total_optimizer_steps
+from asr_rl.trainer.update.worker import train_critic
 
-log = logging.getLogger("asr_rl.ray")
 
+@ray.remote(num_cpus=1)
+class RayPolicyWorker:
+    """A DeepSpeed data-parallel rank of the policy: one `PolicyWorker` (trainer/update/worker.py)
+    with DeepSpeed strategies, plus what only a distributed rank does (the weight broadcast)."""
 
-class RayWorkers:
-    def __init__(self, cfg, ctx, algo: str = "grpo", text: bool = False):
-        self.cfg, self.text = cfg, text
-        self.policy = self.ref = self.critic = self.engine = None
-        init_ray(num_cpus=cfg.distributed.ray_num_cpus)
-        try:
-            self._start(cfg, ctx, text)
-        except BaseException:
-            self.shutdown()  # actors that did start would otherwise hold their CPU/GPU slots
-            raise
+    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int):
+        from asr_rl.trainer.distributed.deepspeed_strategy import init_distributed
 
-    def _start(self, cfg, ctx, text: bool) -> None:
-        d = cfg.distributed
-        use_gpu = torch.cuda.is_available() and ctx.device == "cuda"
-        needs_ref, needs_critic = cfg.algo.init_kl_coef > 0, cfg.algo.spec.needs_critic
-        sizes = {"trainer": d.actor_num_nodes * d.actor_num_gpus_per_node}
-        if needs_ref and d.separate_ref:
-            sizes["reference"] = d.ref_num_nodes * d.ref_num_gpus_per_node
-        if needs_critic and d.separate_critic:
-            sizes["critic"] = d.critic_num_nodes * d.critic_num_gpus_per_node
-        check_resources(sizes, use_gpu)
-        self.policy = _dp_group("trainer", TrainerRank, d.actor_num_nodes, d.actor_num_gpus_per_node, use_gpu, cfg)
-        self.world_size = len(self.policy)
-        self.ranks = self.policy.actors
-        if "reference" in sizes:
-            self.ref = ActorGroup("reference", ReferenceRank, sizes["reference"], use_gpu,
-                                  lambda i: (i, cfg, ctx.device, text), cfg.output_dir)
-        if "critic" in sizes:
-            self.critic = _dp_group("critic", CriticRank, d.critic_num_nodes, d.critic_num_gpus_per_node, use_gpu,
-                                    cfg, (cfg, ctx.device, text))
-        # kept groups per step must split evenly over every group's ranks
-        self.group_multiple = math.lcm(*(len(g) for g in (self.policy, self.ref, self.critic) if g))
-        colocated = (needs_ref and self.ref is None, needs_critic and self.critic is None)
-        info = self.policy.call_all("setup", cfg, ctx.device, *colocated, text)
-        self.pad_id = info[0]["pad_id"]
-        self.eos_id = info[0]["eos_id"]
-        from asr_rl.models.codec import ResponseCodec
+        self.rank, self.world_size = rank, world_size
+        _quiet_worker(rank)
+        init_distributed(rank, world_size, master_addr, master_port)
 
-        self.codec = ResponseCodec.from_pretrained(cfg.pretrain, cfg.model.force_language)  # tokenizer only
-        self.engine, self.version = None, 0  # the weights version of trainer-rank sampling
-        if samples_in_engine_actors(cfg):
-            from asr_rl.trainer.distributed.engine_actors import EngineGroup
+    def setup(self, cfg, device: str, with_ref: bool, with_critic: bool, text: bool = False) -> dict:
+        """Load the policy (+ colocated reference, + colocated critic) and wrap the trainable models
+        in DeepSpeed."""
+        from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy
+        from asr_rl.trainer.update.worker import PolicyWorker
 
-            self.engine = EngineGroup(cfg, self.ranks, text)
-        log.info("Ray backend: %d policy ranks (ZeRO-%d)%s%s%s%s", self.world_size, d.zero_stage,
-                 f", {len(self.ref)} reference rank(s)" if self.ref else "",
-                 f", {len(self.critic)} critic rank(s)" if self.critic else "",
-                 f", {d.vllm_num_engines} {cfg.rollout.engine} engine actor(s)" if self.engine else "",
-                 ", asynchronous rollouts" if cfg.rollout.async_enable else "")
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        policy = load_rl_policy(cfg, cfg.pretrain, device, text)
+        # The reference is copied before DeepSpeed partitions anything (ZeRO-3 would copy stubs), and
+        # under ZeRO-3 shares nothing with the policy, whose tensors DeepSpeed then re-partitions.
+        ref = policy.reference_copy(share_frozen=cfg.distributed.zero_stage < 3) if with_ref else None
+        critic = build_critic(cfg, device, text, policy) if with_critic else None
+        common = _strategy_kwargs(cfg, self.world_size)
+        policy_strategy = DeepSpeedStrategy(policy.model, [p for _, p in policy.trainable_parameters()],
+                                            lr=cfg.optim.actor_learning_rate, **common)
+        critic_strategy = (DeepSpeedStrategy(critic, critic.trainable_parameters(), lr=cfg.optim.critic_learning_rate,
+                                             **common) if critic else None)
+        # the policy ranks sample with their own engine unless engine actors do
+        engine = None if samples_in_engine_actors(cfg) else build_engine(cfg, policy)
+        self.worker = PolicyWorker(cfg, policy, ref, critic, policy_strategy, critic_strategy, engine,
+                                   rank=self.rank, world_size=self.world_size)
+        self.policy, self.policy_strategy = policy, policy_strategy
+        return {"pad_id": policy.pad_id, "eos_id": policy.eos_id, "rank": self.rank, "pid": os.getpid()}
 
-    def _all(self, method: str, args: list[tuple]) -> list:
-        """Call `method` on every policy rank with its own args (engine_actors.py uses it too)."""
-        return self.policy.call(method, args)
-
-    def _shards(self, n_items: int) -> list[tuple[int, int]]:
-        return self.policy.shards(n_items)
-
-    # --- the workers interface (see trainer/rl/interfaces.py) -----------------------------
     def report_memory(self, longest, device: str) -> None:
-        """Rank 0 logs its estimate: data-parallel ranks hold the same shares."""
-        ray.get(self.ranks[0].report_memory.remote(longest, device))
-
-    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
-        """Each rank decodes a shard of the eval set; the controller scores the union."""
-        from asr_rl.data.manifest import scan_manifest
-        from asr_rl.evaluation.metrics import score_set
-
-        utts = scan_manifest(manifest, check_audio=False).utterances[: eval_cfg.eval_max_samples or None]
-        parts = self._all("evaluate", [(utts[a:b], eval_cfg) for a, b in self._shards(len(utts))])
-        m = score_set([r for part in parts for r in part])
-        return {k: v for k, v in {"eval/cer": m.cer, "eval/wer": m.wer, "eval/keyword_recall": m.keyword_recall,
-                                  "eval/language_accuracy": m.language_accuracy}.items() if v is not None}
+        """Log this rank's estimate (ZeRO partitioning included) and warn when it will not fit."""
+        self.worker.report_memory(longest, device, deepspeed=True)
 
     def encode(self, batch) -> list:
-        shards = [(batch.select(range(a, b)),) for a, b in self._shards(len(batch))]
-        return [row for part in self._all("encode", shards) for row in part]
-
-    def submit(self, rows: list, n: int, seeds: list[int]):
-        """Engine actors start sampling and this returns at once; trainer ranks sample here."""
-        if self.engine is not None:
-            return self.engine.submit(self, rows, n, seeds)
-        bounds = self._shards(len(rows))
-        parts = self._all("sample", [(rows[a:b], n, seeds[a * n:b * n]) for a, b in bounds])
-        return [g for part in parts for g in part], self.version
-
-    def collect(self, handle) -> tuple[list, int]:
-        if self.engine is not None:
-            return self.engine.collect(handle), handle.version
-        return handle
+        return self.worker.encode(batch)
 
     def sample(self, rows: list, n: int, seeds: list[int]) -> list:
-        return self.collect(self.submit(rows, n, seeds))[0]
+        return self.worker.sample(rows, n, seeds)
 
-    def decode(self, ids: list[int]) -> str:
-        return self.codec.decode_ids(torch.as_tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+    def annotate(self, exp: Experience, need_old_logp: bool) -> dict:
+        return self.worker.annotate(exp, need_old_logp)
 
-    def parse(self, text: str, language):
-        return self.codec.parse(text, language)
+    def train(self, exp: Experience, step: int, kl_coef: float, separate_critic: bool = False) -> dict:
+        return self.worker.train(exp, step, kl_coef, separate_critic)
 
-    def target_ids(self, texts: list[str], languages: list) -> list[list[int]]:
-        return self.codec.target_rows(texts, languages)
+    def evaluate(self, utterances: list, eval_cfg) -> list:
+        return self.worker.transcribe(utterances, eval_cfg)
 
-    def annotate(self, exp: Experience, need_old_logp: bool) -> None:
-        """Old log-probs (+ colocated reference/critic) on the policy ranks; a separate reference
-        or critic group works on the same experience at the same time."""
-        calls = [(self.policy, "annotate", [(s, need_old_logp) for s in _split(exp, self.policy)])]
-        calls += [(g, "annotate", [(s,) for s in _split(exp, g)]) for g in (self.ref, self.critic) if g]
-        for parts in _run_together(calls):
-            for key in ("old_logp", "ref_logp", "values"):
-                if key in parts[0]:
-                    setattr(exp, key, _cat_padded([p[key] for p in parts]))
-
-    def train(self, exp: Experience, step: int, kl_coef: float) -> dict:
-        separate_critic = self.critic is not None
-        calls = [(self.policy, "train", [(s, step, kl_coef, separate_critic) for s in _split(exp, self.policy)])]
-        if separate_critic:
-            calls.append((self.critic, "train", [(s, step) for s in _split(exp, self.critic)]))
-        metrics = {}
-        for parts in _run_together(calls):
-            metrics.update({k: sum(p[k] for p in parts) / len(parts) for k in parts[0]})  # mean over ranks
-        return metrics
-
-    def sync_weights(self, version: int) -> None:
-        if self.engine is not None:
-            self.engine.sync(self, version)
-        self.version = version
-
+    # --- weights -------------------------------------------------------------------------
     def prompt_embeds(self, rows: list) -> list:
-        """Unpadded `(P_i, H)` prompt embeddings, computed by the trainer ranks (shards of rows)."""
-        parts = self._all("prompt_embeds", [(rows[a:b],) for a, b in self._shards(len(rows))])
-        return [e for part in parts for e in part]
+        """Unpadded prompt embeddings `(P_i, H)` for engine actors fed embeddings (`EngineSpec.feed_embeds`),
+        projector with the current weights."""
+        import torch
+
+        if not rows:
+            with self.policy_strategy.gathered(list(self.policy.model.parameters())):
+                return []
+        with torch.no_grad(), self.policy_strategy.gathered(list(self.policy.model.parameters())):
+            embeds, mask = self.policy.embed_rows(rows)
+            return [e[m.bool()].cpu() for e, m in zip(embeds, mask)]
+
+    def send_weights(self, host: str, port: int, world_size: int) -> int:
+        """Rank 0 broadcasts to the engine actors the weights the engine's spec names
+        (`EngineSpec.weights`: the LLM's, LoRA merged, or every trainable tensor); all ranks
+        gather (ZeRO-3)."""
+        from asr_rl.trainer.distributed.weight_sync import WeightSyncSender
+
+        with self.policy_strategy.gathered(list(self.policy.model.parameters())):
+            if self.rank != 0:
+                return 0
+            tensors = engine_spec(self.cfg).weights(self.policy)
+            sender = WeightSyncSender(host, port, world_size)
+            try:
+                return sender.send(tensors)
+            finally:
+                sender.close()
 
     # --- checkpoints ---------------------------------------------------------------------
-    def save_model(self, path) -> None:
-        self._all("save_model", [(str(path),)] * self.world_size)
+    def save_model(self, path: str) -> None:
+        self.worker.save_model(path)
 
-    def save_engine_state(self, folder) -> None:
-        for group in (self.policy, self.critic):
-            if group is not None:
-                group.call_all("save_engine_state", str(folder))
+    def save_engine_state(self, folder: str) -> None:
+        self.policy_strategy.save(Path(folder) / "deepspeed_actor")  # the folder name older checkpoints have
+        if self.worker.critic_strategy is not None:
+            self.worker.critic_strategy.save(Path(folder) / "deepspeed_critic")
 
-    def state_dict(self) -> dict:
-        return {"backend": "ray", "world_size": self.world_size,
-                "critic_world_size": len(self.critic) if self.critic else 0}
+    def load_engine_state(self, folder: str) -> None:
+        self.policy_strategy.load(Path(folder) / "deepspeed_actor")
+        if self.worker.critic_strategy is not None:
+            self.worker.critic_strategy.load(Path(folder) / "deepspeed_critic")
 
-    def load_state_dict(self, state: dict, ckpt) -> None:
-        mine = self.state_dict()
-        for key, knob in (("world_size", "actor_num_gpus_per_node"), ("critic_world_size", "critic_num_gpus_per_node")):
-            if state.get(key, 0) != mine[key]:
-                raise ValueError(f"checkpoint {ckpt} was written with {key}={state.get(key, 0)}, this run has "
-                                 f"{mine[key]}; resume with the same {knob} and colocation settings")
-        for group in (self.policy, self.critic):
-            if group is not None:
-                group.call_all("load_engine_state", str(ckpt / "trainer_state"))
-
-    def shutdown(self) -> None:
-        if self.engine is not None:
-            self.engine.shutdown()
-        for group in (self.policy, self.ref, self.critic):
-            if group is not None:
-                group.kill()
+    def ping(self) -> int:
+        return self.rank
 
 
-def _dp_group(name: str, actor_cls, nodes: int, per_node: int, use_gpu: bool, cfg, extra: tuple = ()) -> ActorGroup:
-    """A DeepSpeed data-parallel group: its members share one process group of their own."""
-    size = nodes * per_node
-    # Members of one group share a machine here: 127.0.0.1 (Ray reports a non-loopback node IP).
-    addr = "127.0.0.1" if nodes == 1 else ray.util.get_node_ip_address()
-    port = free_port()
-    return ActorGroup(name, actor_cls, size, use_gpu, lambda i: (i, size, addr, port, *extra), cfg.output_dir)
+@ray.remote(num_cpus=1)
+class RayReferenceWorker:
+    """The frozen reference model in its own process (`colocate_actor_ref=false`): reference
+    log-probs of a shard of experience. Inference only: no optimizer, no process group."""
+
+    def __init__(self, rank: int, cfg, device: str, text: bool):
+        _quiet_worker(rank)
+        torch.manual_seed(cfg.seed)
+        self.rank, self.cfg = rank, cfg
+        self.ref = load_rl_policy(cfg, cfg.pretrain, device, text).eval().requires_grad_(False)
+
+    def annotate(self, exp: Experience) -> dict:
+        return {"ref_logp": forward_logprobs(self.ref, exp, self.cfg.optim.micro_train_batch_size,
+                                             self.cfg.rollout.temperature)}
 
 
-def _split(exp: Experience, group: ActorGroup) -> list[Experience]:
-    """Shard the experience by whole groups, in order, equally over `group`'s members."""
-    if len(exp.groups) % len(group):
-        raise ValueError(f"{len(exp.groups)} groups cannot be split evenly over the {len(group)} {group.name} ranks; "
-                         "make rollout_batch_size a multiple of the number of ranks of every group")
-    return [exp.subset_groups(range(a, b)) for a, b in group.shards(len(exp.groups))]
+@ray.remote(num_cpus=1)
+class RayCriticWorker:
+    """One DeepSpeed data-parallel rank of the critic in its own group (`colocate_all=false` or
+    `colocate_critic=false`): values for a shard of experience, and the critic update on it."""
+
+    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int, cfg, device: str,
+                 text: bool):
+        from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy, init_distributed
+
+        _quiet_worker(rank)
+        self.rank, self.world_size, self.cfg = rank, world_size, cfg
+        init_distributed(rank, world_size, master_addr, master_port)
+        torch.manual_seed(cfg.seed)
+        self.critic = build_critic(cfg, device, text)
+        self.strategy = DeepSpeedStrategy(self.critic, self.critic.trainable_parameters(),
+                                          lr=cfg.optim.critic_learning_rate, **_strategy_kwargs(cfg, world_size))
+
+    def annotate(self, exp: Experience) -> dict:
+        with self.strategy.gathered(list(self.critic.parameters())):
+            return {"values": forward_values(self.critic, exp, self.cfg.optim.micro_train_batch_size)}
+
+    def train(self, exp: Experience, step: int) -> dict:
+        o = self.cfg.optim
+        train_size = (o.train_batch_size // self.world_size) if o.train_batch_size else len(exp)
+        return train_critic(self.critic, self.strategy, exp, self.cfg, train_size, step)
+
+    def save_engine_state(self, folder: str) -> None:
+        self.strategy.save(Path(folder) / "deepspeed_critic")
+
+    def load_engine_state(self, folder: str) -> None:
+        self.strategy.load(Path(folder) / "deepspeed_critic")
 
 
-def _run_together(calls: list[tuple]) -> list[list]:
-    """Start `(group, method, args)` calls on all their groups at once, then gather each."""
-    refs = [(g, m, g.submit(m, a)) for g, m, a in calls]
-    return [g.gather(r, m) for g, m, r in refs]
+def _quiet_worker(rank: int) -> None:
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING)  # rank-0 logs only
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed deprecations, per call
+    from asr_rl.utils import quiet_transformers
+
+    quiet_transformers()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
 
-def _cat_padded(parts: list[torch.Tensor]) -> torch.Tensor:
-    """Concatenate `(n_i, T_i)` tensors along rows, right-padding to the longest T with zeros."""
-    width = max(p.shape[1] for p in parts)
-    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts], dim=0)
+def _strategy_kwargs(cfg, world_size: int) -> dict:
+    d, o = cfg.distributed, cfg.optim
+    return dict(optim_cfg=o, total_steps=total_optimizer_steps(cfg), zero_stage=d.zero_stage,
+                micro_batch=o.micro_train_batch_size, world_size=world_size, bf16=d.bf16,
+                offload_optimizer=d.adam_offload)

@@ -1,7 +1,7 @@
-"""Weights from trainer rank 0 to rollout engines: the policy's causal-LLM weights under standalone
-`*ForCausalLM` names (`llm_named_weights`), broadcast over a dedicated gloo group (a standalone
-`ProcessGroupGloo` on a `TCPStore`, apart from DeepSpeed's default group): `WeightSyncSender` on
-rank 0, a `WeightSyncReceiver` in each engine actor."""
+"""Weights from policy rank 0 to rollout engine workers (the policy's causal-LLM weights under
+standalone `*ForCausalLM` names, models/weights.py `llm_named_weights`), broadcast over a dedicated
+gloo group (a standalone `ProcessGroupGloo` on a `TCPStore`, apart from DeepSpeed's default group):
+`WeightSyncSender` on rank 0, a `WeightSyncReceiver` in each engine worker."""
 from __future__ import annotations
 
 import datetime
@@ -9,44 +9,6 @@ import json
 from collections.abc import Iterable
 
 import torch
-
-
-def is_tied(policy) -> bool:
-    head = policy.model.get_output_embeddings()
-    emb = policy.model.get_input_embeddings()
-    return head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
-
-
-# ---------------------------------------------------------------------------------- export
-def module_prefix(model: torch.nn.Module, module: torch.nn.Module) -> str:
-    for name, m in model.named_modules():
-        if m is module:
-            return name
-    raise ValueError("the language model is not a submodule of the policy model")
-
-
-def llm_named_weights(policy) -> list[tuple[str, torch.Tensor]]:
-    """The policy's causal-LLM weights under standalone `*ForCausalLM` names (`model.*`, plus
-    `lm_head.weight` when untied), LoRA adapters merged. Tensors are the live ones (no copy) except
-    merged LoRA weights; call under `GatheredParameters` with ZeRO-3."""
-    lm = policy.body()
-    deltas = {}
-    if any("lora_" in n for n, _ in lm.named_parameters()):
-        from peft.tuners.lora import LoraLayer
-
-        for name, m in lm.named_modules():
-            if isinstance(m, LoraLayer) and not m.merged:
-                deltas[f"{name}.base_layer.weight"] = sum(m.get_delta_weight(a) for a in m.active_adapters)
-    out = []
-    for name, t in lm.state_dict().items():
-        if "lora_" in name:
-            continue
-        if name in deltas:
-            t = t + deltas[name].to(t.dtype)
-        out.append(("model." + name.replace(".base_layer.", "."), t))
-    if not is_tied(policy):
-        out.append(("lm_head.weight", policy.model.get_output_embeddings().weight))
-    return out
 
 
 # ---------------------------------------------------------------------------------- weight sync
@@ -111,4 +73,4 @@ class WeightSyncReceiver(_GlooGroup):
                 for name, shape, dtype in header]
 
 
-__all__ = ["llm_named_weights", "module_prefix", "is_tied", "WeightSyncSender", "WeightSyncReceiver"]
+__all__ = ["WeightSyncSender", "WeightSyncReceiver"]

@@ -11,59 +11,18 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from asr_rl.config import RunConfig
 from asr_rl.models.policy_base import group_index
-from asr_rl.settings import setting
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
-                                      save_checkpoint, save_final, set_rng_state)
-from asr_rl.trainer.config import EvalConfig, ModelConfig
-from asr_rl.trainer.strategy import OptimConfig
+                                           save_checkpoint, save_final, set_rng_state)
+from asr_rl.trainer.configs.preference import DPOConfig
 from asr_rl.algos.preference_losses import PREFERENCE_LOSSES, dpo_loss, kto_loss
 
 log = logging.getLogger("asr_rl.dpo")
-
-
-@dataclass(frozen=True)
-class DPOConfig(RunConfig):
-    """Attributes:
-        loss_type: a preference loss: `sigmoid` (DPO), `ipo`, `hinge` on pairs, or `kto` on unpaired
-            examples (the registry's `PreferenceSpec.paired` says which data it reads).
-        beta: strength of the implicit KL to the reference (OpenRLHF/TRL `beta`).
-        label_smoothing: conservative DPO's label-flip probability (sigmoid only).
-        desirable_weight: KTO's weight of desirable examples.
-        undesirable_weight: KTO's weight of undesirable examples.
-        nll_loss_coef: + coef x the chosen response's token-mean cross-entropy (OpenRLHF
-            `--nll_loss_coef`); keeps the chosen transcripts likely, not only likelier than the
-            rejected ones.
-        train_batch_size: pairs (KTO: examples) per optimiser step.
-        micro_train_batch_size: pairs per forward/backward.
-        optim: AdamW and its schedule over `max_steps` (trainer/strategy.py); DPO's defaults: learning
-            rate 5e-7, warmup 0.03.
-    """
-
-    loss_type: str = "sigmoid"
-    beta: float = setting(0.1, gt=0)
-    label_smoothing: float = setting(0.0, ge=0, lt=0.5)
-    desirable_weight: float = setting(1.0, ge=0)
-    undesirable_weight: float = setting(1.0, ge=0)
-    nll_loss_coef: float = setting(0.0, ge=0)
-    max_steps: int = setting(200, ge=1)
-    train_batch_size: int = setting(8, ge=1)
-    micro_train_batch_size: int = setting(8, ge=1)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(learning_rate=5e-7, lr_warmup_ratio=0.03))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-
-    def __post_init__(self) -> None:
-        PREFERENCE_LOSSES.check(self.loss_type)
-        if self.train_batch_size % self.micro_train_batch_size:
-            raise ValueError(f"train_batch_size {self.train_batch_size} is not a multiple of "
-                             f"micro_train_batch_size {self.micro_train_batch_size}")
 
 
 # ------------------------------------------------------------------------------ scoring
@@ -191,7 +150,7 @@ def train_dpo(cfg: DPOConfig):
     """Train to `max_steps` (or `max_minutes`) with checkpoints and dev evaluation as configured."""
     from asr_rl.trainer.run.setup import make_logger, setup_run
     from asr_rl.trainer.run.step_end import StepEnd
-    from asr_rl.trainer.strategy import LocalStrategy
+    from asr_rl.trainer.update.strategy import LocalStrategy
 
     audio = _is_audio(cfg)
     ex = load_examples(cfg, audio)  # a bad preference file is refused before any model loads
@@ -214,7 +173,7 @@ def train_dpo(cfg: DPOConfig):
         end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, cfg.loss_type)
         evaluate = None
         if audio and cfg.eval_manifest:
-            from asr_rl.trainer.recipes.sft import evaluate_during_training
+            from asr_rl.evaluation.during_training import evaluate_during_training
 
             evaluate = functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval)
 
@@ -236,7 +195,7 @@ def train_dpo(cfg: DPOConfig):
 
 def _update(policy, strategy, cfg: DPOConfig, ex: Examples, ref: torch.Tensor, idx: list[int]) -> dict:
     """One optimiser step over the batch `idx`, accumulated over micro-batches."""
-    from asr_rl.trainer.rl.actor import TrainingDiverged
+    from asr_rl.trainer.update.ppo import TrainingDiverged
 
     policy.train()
     micro = cfg.micro_train_batch_size

@@ -55,16 +55,16 @@ def build_pairs(model: str, manifest: str, out: str, *, n: int = 8, temperature:
     from asr_rl.models.audio_policy import AudioPolicy
     from asr_rl.models.sampling import sequence_seed
     from asr_rl.rewards.base import check_output
-    from asr_rl.rewards.combine import build_reward
+    from asr_rl.rewards.pipeline import make_reward
     from asr_rl.rewards.config import RewardConfig
-    from asr_rl.trainer.config import RolloutConfig
-    from asr_rl.trainer.rl.rollout import Group, make_samples
-    from asr_rl.trainer.rl.engines import HFRolloutEngine
+    from asr_rl.trainer.configs.rl import RolloutConfig
+    from asr_rl.trainer.rollout.experience import Group, make_samples
+    from asr_rl.trainer.rollout.engines import HFRolloutEngine
 
     utts = read_manifest(manifest)
     policy = AudioPolicy.from_pretrained(model, device=device).eval()
     policy.requires_grad_(False)  # inference: the encoder cache serves every hypothesis
-    engine, reward = HFRolloutEngine(policy), build_reward(reward_cfg or RewardConfig())
+    engine, reward = HFRolloutEngine(policy), make_reward(reward_cfg or RewardConfig())
     rollout = RolloutConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                             n_samples_per_prompt=n)
     start, written, tied = time.perf_counter(), 0, 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from asr_rl.trainer.config import RLConfig
+from asr_rl.trainer.configs.rl import RLConfig
 from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
 
 log = logging.getLogger("asr_rl.train")
@@ -62,7 +62,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
                              sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))
-        workers = build_workers(cfg, ctx, algo)  # starts Ray first when backend=ray
+        workers = build_backend(cfg, ctx, algo)  # starts Ray first when backend=ray
         workers.report_memory(longest_prompt(utts), ctx.device)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
@@ -89,14 +89,14 @@ def run_text_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         loader = BatchLoader(items, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              make_batch=PromptBatch,
                              sampler=build_sampler(cfg.data, len(items), cfg.rollout.rollout_batch_size, cfg.seed))
-        workers = build_workers(cfg, ctx, algo, text=True)
+        workers = build_backend(cfg, ctx, algo, text=True)
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg, ctx.device))
 
 
 def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Path:
     """Resume if asked, fit, save the final model; the workers are shut down whatever happens."""
     from asr_rl.trainer.run.setup import make_logger
-    from asr_rl.trainer.rl.loop import RLTrainer
+    from asr_rl.trainer.driver.loop import RLTrainer
 
     try:
         trainer = RLTrainer(cfg, workers, reward_fn, loader, None, ctx.output_dir, eval_fn)
@@ -111,33 +111,30 @@ def run_loop(cfg: RLConfig, ctx, loader, workers, reward_fn, eval_fn=None) -> Pa
 
 
 def make_reward(cfg: RLConfig, device: str = "cpu"):
-    """A reward model, remote servers, a user file or the built-in terms; in Ray reward actors
-    when asked."""
-    from asr_rl.rewards.combine import build_reward
+    """The run's reward (rewards/pipeline.py chooses which), in this process or, for a local reward
+    on the Ray backend with `reward.num_workers` > 0, in a pool of Ray reward workers that each
+    build the same reward."""
+    from asr_rl.rewards import pipeline
 
-    if cfg.reward_pretrain:
-        from asr_rl.rewards.reward_model import RewardModelReward
-
-        return RewardModelReward(cfg.reward_pretrain, device)
-    if cfg.backend == "ray" and cfg.reward.num_workers > 0 and not cfg.reward.remote_url:
-        from asr_rl.trainer.distributed.reward_workers import RayRewardPool
+    if cfg.backend == "ray" and cfg.reward.num_workers > 0 and not (cfg.reward.remote_url or cfg.reward_pretrain):
+        from asr_rl.trainer.distributed.ray_rewards import RayRewardPool
 
         return RayRewardPool(cfg.reward, cfg.reward.num_workers)
-    return build_reward(cfg.reward)
+    return pipeline.make_reward(cfg.reward, cfg.reward_pretrain, device)
 
 
-def build_workers(cfg: RLConfig, ctx, algo: str, text: bool = False):
+def build_backend(cfg: RLConfig, ctx, algo: str, text: bool = False):
     """The policy (audio or `text`), critic and `rollout.engine`: in process, or Ray actor groups."""
     if cfg.backend == "ray":
-        from asr_rl.trainer.distributed.ray_workers import RayWorkers
+        from asr_rl.trainer.distributed.ray_backend import RayBackend
 
-        return RayWorkers(cfg, ctx, algo, text)
+        return RayBackend(cfg, ctx, algo, text)
     from asr_rl.models.loading import build_critic, load_rl_policy
-    from asr_rl.trainer.rl.workers import LocalWorkers
+    from asr_rl.trainer.driver.local import LocalBackend
 
     policy = load_rl_policy(cfg, cfg.pretrain, ctx.device, text=text)
     critic = build_critic(cfg, ctx.device, text, policy) if cfg.algo.spec.needs_critic else None
-    return LocalWorkers(cfg, policy, critic)  # builds the engine from the registry
+    return LocalBackend(cfg, policy, critic)  # builds the engine from the registry
 
 
-__all__ = ["train_rl", "run_audio_rl", "run_text_rl", "load_rl_config", "build_workers"]
+__all__ = ["train_rl", "run_audio_rl", "run_text_rl", "load_rl_config", "build_backend"]

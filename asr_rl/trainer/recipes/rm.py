@@ -9,39 +9,20 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from asr_rl.config import RunConfig
 from asr_rl.data.prompts import read_preferences
 from asr_rl.rewards.reward_model import render_pair
-from asr_rl.settings import setting
 from asr_rl.trainer.run.checkpoint import (load_state, restore_model_weights, rng_state, save_checkpoint, save_final,
                                            set_rng_state)
 from asr_rl.trainer.run.setup import make_logger, setup_run
 from asr_rl.trainer.run.step_end import StepEnd
 from asr_rl.algos.losses import pairwise_loss
-from asr_rl.trainer.strategy import LocalStrategy, OptimConfig
+from asr_rl.trainer.configs.preference import RMConfig
+from asr_rl.trainer.update.strategy import LocalStrategy
 
 log = logging.getLogger("asr_rl.rm")
-
-
-@dataclass(frozen=True)
-class RMConfig(RunConfig):
-    """Attributes:
-        train_batch_size: preference pairs per step.
-        optim: AdamW and its schedule over `max_steps` (trainer/strategy.py); RM takes the shared
-            defaults (learning rate 1e-3).
-        margin: Bradley-Terry margin (0 = plain).
-        max_len: tokens per scored text.
-    """
-
-    max_steps: int = setting(200, ge=1)
-    train_batch_size: int = setting(8, ge=1)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    margin: float = 0.0
-    max_len: int = setting(512, ge=1)
 
 
 class PairOrder:

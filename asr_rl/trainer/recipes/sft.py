@@ -24,15 +24,16 @@ from asr_rl.models.codec import ResponseCodec
 from asr_rl.models.tokenizer import require_writable
 from asr_rl.data.augment import VariantAugmenter, mask_states, spec_augment
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
-                                      save_checkpoint, save_final, set_rng_state)
-from asr_rl.trainer.strategy import LocalStrategy
+                                           save_checkpoint, save_final, set_rng_state)
+from asr_rl.trainer.update.strategy import LocalStrategy
 from asr_rl.models.loading import load_policy, require_audio_llm
 from asr_rl.trainer.run.setup import make_logger, setup_run
 from asr_rl.trainer.run.early_stopping import EarlyStopping
 from asr_rl.trainer.run.step_end import StepEnd
-from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.configs.rl import SFTConfig
 from asr_rl.trainer.run.memory import peak_memory_gib
 from asr_rl.models.ctc import CTCHead
+from asr_rl.evaluation.during_training import evaluate_during_training
 
 log = logging.getLogger("asr_rl.sft")
 
@@ -136,23 +137,6 @@ def train_sft(cfg: SFTConfig):
         if policy.encoder_frozen and cfg.model.encoder_cache:
             policy.save_encoder_cache(cfg.model.encoder_cache)
         return save_final(ctx.output_dir, policy.save_pretrained)
-
-
-def evaluate_during_training(policy, manifest: str, eval_cfg) -> dict[str, float]:
-    from asr_rl.evaluation.evaluate import evaluate_manifest
-
-    was_training = policy.training
-    m, _ = evaluate_manifest(policy, manifest, batch_size=eval_cfg.eval_batch_size, num_beams=eval_cfg.num_beams,
-                             max_new_tokens=eval_cfg.eval_max_new_tokens, max_utterances=eval_cfg.eval_max_samples or None)
-    policy.train(was_training)
-    out = {"eval/cer": m.cer}
-    if m.wer is not None:
-        out["eval/wer"] = m.wer
-    if m.keyword_recall is not None:
-        out["eval/keyword_recall"] = m.keyword_recall
-    if m.language_accuracy is not None:
-        out["eval/language_accuracy"] = m.language_accuracy
-    return out
 
 
 def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead | None:

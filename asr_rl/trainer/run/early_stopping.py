@@ -4,7 +4,7 @@ Trainer's `early_stopping_patience`) and the patience count, a pure state machin
 
 How it combines with the schedule's decay (a run's end is not known in advance): the dev curve of
 a constant or slowly decaying rate plateaus above where an annealed rate ends, and the gains come as
-the rate anneals (ENVIRONMENT.md). So when patience runs out, `early_stopping_decay_steps` > 0 does
+the rate anneals (BENCHMARKS.md, the SFT pilots). So when patience runs out, `early_stopping_decay_steps` > 0 does
 not stop the run: it anneals the rate from where it is to the floor over that many steps and ends
 the run there (the WSD recipe: a stable phase as long as dev improves, then a short decay branched
 off it; Hu et al. 2024, arXiv:2404.06395; Hägele et al. 2024, arXiv:2405.18392 find a decay branched
@@ -22,47 +22,7 @@ steps of cross-entropy says what more SFT would have given an RL stage of that l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-from asr_rl.settings import setting
-
-
-@dataclass(frozen=True)
-class EarlyStoppingConfig:
-    """Early stopping on dev (`eval_manifest` every `eval_steps`); a trainer's config inherits these
-    keys. The best weights on dev are kept as `<output_dir>/best/` (with `best.json`: step, metric,
-    value); `final/` holds the last weights (after the decay, when there is one).
-
-    Attributes:
-        early_stopping_patience: evaluations in a row without an improvement of more than
-            `early_stopping_min_delta` after which patience runs out; 0 = off (no `best/` either).
-        early_stopping_min_delta: the least change of the metric that counts as an improvement (a
-            tie never does); it also decides which weights are the best (Keras' semantics).
-        early_stopping_metric: the dev metric watched, lower is better.
-        early_stopping_decay_steps: when patience runs out, anneal the rate to `optim.min_lr_ratio`
-            over this many more steps (within `max_steps`), then end; 0 = end at once. Pairs with
-            `optim.lr_scheduler=warmup_stable_decay`, whose stable phase early stopping watches.
-        early_stopping_plateau_patience: after the decay, train on at the floor rate until this many
-            evaluations in a row bring no improvement (the plateau), then end; 0 = end with the decay.
-    """
-
-    early_stopping_patience: int = setting(0, ge=0, note="0 = off")
-    early_stopping_min_delta: float = setting(0.0, ge=0)
-    early_stopping_metric: Literal["eval/cer", "eval/wer"] = "eval/cer"
-    early_stopping_decay_steps: int = setting(0, ge=0, note="0 = stop when patience runs out")
-    early_stopping_plateau_patience: int = setting(0, ge=0, note="0 = end when the decay ends")
-
-    def check_early_stopping(self, eval_manifest: str | None, eval_steps: int) -> None:
-        """Settings that need others (called by the owning config's `__post_init__`)."""
-        if self.early_stopping_patience and (not eval_manifest or eval_steps <= 0):
-            raise ValueError(f"early_stopping_patience={self.early_stopping_patience} counts dev evaluations: set "
-                             f"eval_manifest and eval_steps > 0 (got eval_steps={eval_steps})")
-        if self.early_stopping_decay_steps and not self.early_stopping_patience:
-            raise ValueError(f"early_stopping_decay_steps={self.early_stopping_decay_steps} starts when patience "
-                             "runs out: set early_stopping_patience > 0")
-        if self.early_stopping_plateau_patience and not self.early_stopping_decay_steps:
-            raise ValueError(f"early_stopping_plateau_patience={self.early_stopping_plateau_patience} counts "
-                             "evaluations after the decay: set early_stopping_decay_steps > 0")
+from asr_rl.trainer.configs.early_stopping import EarlyStoppingConfig
 
 
 @dataclass(frozen=True)
@@ -144,4 +104,4 @@ class EarlyStopping:
         self.bad_evals, self.decay_end = state["bad_evals"], state["decay_end"]
 
 
-__all__ = ["EarlyStoppingConfig", "EarlyStopping", "Verdict"]
+__all__ = ["EarlyStopping", "Verdict"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 def _gathered_trainable(rank) -> dict:
-    """On a `TrainerRank`: its full trainable parameters (ZeRO-3 gathered; every rank enters)."""
+    """On a `RayPolicyWorker`: its full trainable parameters (ZeRO-3 gathered; every rank enters)."""
     params = [(n, p) for n, p in rank.policy.model.named_parameters() if p.requires_grad]
-    with rank.actor.gathered([p for _, p in params]):
+    with rank.policy_strategy.gathered([p for _, p in params]):
         return {n: p.detach().cpu().clone() for n, p in params}
 
 

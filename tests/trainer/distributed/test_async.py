@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from asr_rl.rewards.combine import build_reward
+from asr_rl.rewards.pipeline import make_reward
 from asr_rl.trainer.run.setup import make_logger, setup_run
-from asr_rl.trainer.rl.loop import RLTrainer
+from asr_rl.trainer.driver.loop import RLTrainer
 from asr_rl.trainer.run.metrics import read_metrics
-from asr_rl.trainer.recipes.rl import build_workers, load_rl_config
+from asr_rl.trainer.recipes.rl import build_backend, load_rl_config
 from tests.trainer.distributed.ray_probe import rank_weights
-from tests.trainer.rl.test_grpo_e2e import _overrides
+from tests.trainer.driver.test_grpo_e2e import _overrides
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -40,9 +40,9 @@ def _run(cfg):
     from asr_rl.data.manifest import read_manifest
 
     ctx = setup_run(cfg)
-    workers = build_workers(cfg, ctx, "grpo")
+    workers = build_backend(cfg, ctx, "grpo")
     loader = BatchLoader(read_manifest(cfg.train_manifest), cfg.rollout.rollout_batch_size, seed=cfg.seed)
-    trainer = RLTrainer(cfg, workers, build_reward(cfg.reward), loader, make_logger(cfg, ctx, 0), ctx.output_dir)
+    trainer = RLTrainer(cfg, workers, make_reward(cfg.reward), loader, make_logger(cfg, ctx, 0), ctx.output_dir)
     versions = []
     build = trainer.compute_advantages
 

@@ -6,12 +6,12 @@ import time
 import pytest
 import torch
 
-from asr_rl.rewards.combine import build_reward
+from asr_rl.rewards.pipeline import make_reward
 from asr_rl.trainer.run.setup import make_logger, setup_run
-from asr_rl.trainer.rl.loop import RLTrainer
-from asr_rl.trainer.recipes.rl import build_workers, load_rl_config
+from asr_rl.trainer.driver.loop import RLTrainer
+from asr_rl.trainer.recipes.rl import build_backend, load_rl_config
 from tests.trainer.distributed.ray_probe import rank_weights
-from tests.trainer.rl.test_grpo_e2e import _overrides
+from tests.trainer.driver.test_grpo_e2e import _overrides
 
 pytest.importorskip("ray")
 pytest.importorskip("deepspeed")
@@ -40,9 +40,9 @@ def _one_step(cfg):
     from asr_rl.data.manifest import read_manifest
 
     ctx = setup_run(cfg)
-    workers = build_workers(cfg, ctx, "grpo")
+    workers = build_backend(cfg, ctx, "grpo")
     loader = BatchLoader(read_manifest(cfg.train_manifest), cfg.rollout.rollout_batch_size, seed=cfg.seed)
-    trainer = RLTrainer(cfg, workers, build_reward(cfg.reward), loader, make_logger(cfg, ctx, 0), ctx.output_dir)
+    trainer = RLTrainer(cfg, workers, make_reward(cfg.reward), loader, make_logger(cfg, ctx, 0), ctx.output_dir)
     try:
         trainer.fit()
         if hasattr(workers, "ranks"):
@@ -196,7 +196,7 @@ def test_groups_that_do_not_fit_the_cluster_fail_before_any_actor_starts(local_r
 
 @pytest.fixture(scope="module")
 def ending_model(tiny_model, tiny_corpus, tmp_path_factory):
-    from tests.trainer.rl.test_mwer_e2e import make_ending_model
+    from tests.trainer.driver.test_mwer_e2e import make_ending_model
 
     return make_ending_model(tiny_model, tiny_corpus, tmp_path_factory.mktemp("ending") / "model")
 
@@ -206,10 +206,10 @@ def test_two_rank_mwer_step_on_beam_groups_equals_the_local_step(local_ray, endi
     """MWER renormalises over whole groups: each rank gets one whole N-best (2 groups, 2 ranks) and
     DeepSpeed's mean over ranks is the local mean over groups."""
     from asr_rl.trainer.run.metrics import read_metrics
-    from tests.trainer.rl.test_engines import _Reward
-    from tests.trainer.rl.test_mwer_e2e import MWER
+    from tests.trainer.rollout.test_engines import _Reward
+    from tests.trainer.driver.test_mwer_e2e import MWER
 
-    monkeypatch.setitem(globals(), "build_reward", lambda cfg: _Reward())  # distinct rewards in every group
+    monkeypatch.setitem(globals(), "make_reward", lambda cfg: _Reward())  # distinct rewards in every group
     common = _overrides(ending_model, tiny_corpus, tmp_path / "x", "max_steps=1", "save_steps=0", "max_new_tokens=8",
                         *MWER)
     (local,) = _one_step(load_rl_config("grpo", None, common + [f"output_dir={tmp_path / 'local'}"]))

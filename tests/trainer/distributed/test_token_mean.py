@@ -29,11 +29,11 @@ def _rank(rank: int, port: int, out: str) -> None:
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
-    from asr_rl.trainer.rl.actor import _epochs
+    from asr_rl.trainer.update.ppo import _epochs
     from asr_rl.trainer.distributed.deepspeed_strategy import DeepSpeedStrategy, init_distributed
     from asr_rl.algos.losses import LossOutput, aggregate_loss
-    from asr_rl.trainer.rl.rollout import Group, build_experience
-    from asr_rl.trainer.strategy import OptimConfig
+    from asr_rl.trainer.rollout.experience import Group, build_experience
+    from asr_rl.trainer.configs.optim import OptimConfig
 
     init_distributed(rank, 2, "127.0.0.1", port)
     optim = OptimConfig(learning_rate=0.1, adam_betas=(0.9, 0.999), max_norm=1e9, lr_warmup_ratio=0.0,

@@ -10,7 +10,8 @@ import torch
 from asr_rl.config import load_config
 from asr_rl.data.manifest import ManifestError, read_manifest
 from asr_rl.data.pairs import read_pairs, read_unpaired
-from asr_rl.trainer.recipes.dpo import DPOConfig, batch_indices, load_examples, reference_logps, train_dpo
+from asr_rl.trainer.configs.preference import DPOConfig
+from asr_rl.trainer.recipes.dpo import batch_indices, load_examples, reference_logps, train_dpo
 from asr_rl.trainer.recipes.pairs import select_pairs
 from asr_rl.trainer.run.metrics import read_metrics
 

@@ -2,7 +2,7 @@
 our own folders keep the dataclass defaults; a config file or an override always wins."""
 import shutil
 
-from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.configs.rl import SFTConfig
 from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
 from asr_rl.trainer.recipes.rl import load_rl_config
 

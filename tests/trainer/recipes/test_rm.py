@@ -9,7 +9,8 @@ import torch
 
 from asr_rl.config import load_config
 from asr_rl.trainer.recipes import rm
-from asr_rl.trainer.recipes.rm import PairOrder, RMConfig, train_rm
+from asr_rl.trainer.configs.preference import RMConfig
+from asr_rl.trainer.recipes.rm import PairOrder, train_rm
 from asr_rl.trainer.run.metrics import read_metrics
 
 pytestmark = pytest.mark.slow

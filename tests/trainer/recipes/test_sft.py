@@ -10,7 +10,7 @@ import torch
 from transformers import Qwen3ASRForConditionalGeneration
 
 from asr_rl.config import load_config
-from asr_rl.trainer.config import SFTConfig
+from asr_rl.trainer.configs.rl import SFTConfig
 from asr_rl.trainer.run.metrics import read_metrics
 from asr_rl.trainer.recipes.sft import train_sft
 

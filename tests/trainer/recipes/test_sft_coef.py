@@ -7,11 +7,11 @@ import torch
 from asr_rl.config import ConfigError
 from asr_rl.data.audio import load_audio
 from asr_rl.data.manifest import read_manifest
-from asr_rl.trainer.rl.actor import actor_loss, reference_ce
+from asr_rl.trainer.update.ppo import actor_loss, reference_ce
 from asr_rl.models.loading import load_policy
-from asr_rl.trainer.config import AlgoConfig, ModelConfig
+from asr_rl.trainer.configs.rl import AlgoConfig, ModelConfig
 from asr_rl.trainer.recipes.rl import load_rl_config
-from asr_rl.trainer.rl.rollout import Group, build_experience
+from asr_rl.trainer.rollout.experience import Group, build_experience
 
 
 @pytest.fixture

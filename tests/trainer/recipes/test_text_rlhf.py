@@ -10,7 +10,8 @@ from asr_rl.config import load_config
 from asr_rl.trainer.run.checkpoint import list_checkpoints, load_state
 from asr_rl.trainer.run.metrics import read_metrics
 from asr_rl.trainer.recipes.rl import train_rl
-from asr_rl.trainer.recipes.rm import RMConfig, train_rm
+from asr_rl.trainer.configs.preference import RMConfig
+from asr_rl.trainer.recipes.rm import train_rm
 
 pytestmark = pytest.mark.slow
 

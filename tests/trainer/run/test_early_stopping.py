@@ -36,7 +36,7 @@ def test_after_the_decay_plateau_patience_counts_from_the_last_improvement():
 
 def test_early_stopping_settings_that_need_others_are_refused_at_load(tmp_path):
     from asr_rl.config import load_config
-    from asr_rl.trainer.config import SFTConfig
+    from asr_rl.trainer.configs.rl import SFTConfig
 
     with pytest.raises(ValueError, match="early_stopping_patience=3 counts dev evaluations: set eval_manifest"):
         load_config(SFTConfig, None, ["early_stopping_patience=3"])

@@ -11,7 +11,7 @@ import pytest
 from asr_rl.config import ConfigError, load_config
 from asr_rl.trainer.run.checkpoint import list_checkpoints, save_checkpoint
 from asr_rl.trainer.run.setup import setup_run
-from asr_rl.trainer.config import RLConfig, SFTConfig
+from asr_rl.trainer.configs.rl import RLConfig, SFTConfig
 
 
 def _cfg(cls, tmp_path, *extra):
@@ -147,7 +147,7 @@ def test_an_overwrite_with_a_bad_manifest_deletes_nothing(tiny_model, tmp_path, 
     """resume=none overwrite_output_dir=true into a finished run's folder, with a manifest that fails
     to read: the error names the line, and the old run's checkpoints, final model and metrics stay."""
     from asr_rl.cli import main
-    from asr_rl.trainer.config import RLConfig
+    from asr_rl.trainer.configs.rl import RLConfig
 
     cls = SFTConfig if command == "sft" else RLConfig
     run = tmp_path / "run"

@@ -1,0 +1,54 @@
+"""Which reward scores a run: `make_reward` (from a config) and `load_reward_spec` (from the
+`asr-rl reward serve --reward` string). Everything that needs a reward gets it from here.
+
+How the scores are then shaped before the advantages (term aggregation, length penalties) is
+`asr_rl.algos.reward_shaping.shape_rewards`, called once per step by the trainer.
+"""
+from __future__ import annotations
+
+import os
+
+from asr_rl.rewards.combine import TimedReward, WeightedReward
+from asr_rl.rewards.config import RewardConfig
+from asr_rl.rewards.plugins import load_reward_file
+from asr_rl.rewards.terms import DEFAULT_ASR_TERMS
+
+
+def make_reward(cfg: RewardConfig, reward_pretrain: str | None = None, device: str = "cpu"):
+    """The reward a run scores with, chosen here and nowhere else: a reward model (`reward_pretrain`,
+    the text RLHF path), remote servers (`reward.remote_url`), a user file (`reward.file`), or the
+    built-in terms (`reward.terms`); local ones run under `reward.timeout`. Where it runs (in this
+    process or in a pool of Ray reward workers) is the trainer's choice, not the reward's."""
+    if reward_pretrain:
+        from asr_rl.rewards.reward_model import RewardModelReward
+
+        return RewardModelReward(reward_pretrain, device)
+    if cfg.remote_url:
+        from asr_rl.rewards.client import RemoteReward
+
+        return RemoteReward(cfg.remote_url, token=cfg.remote_token or os.environ.get("ASR_RL_REWARD_TOKEN"),
+                            timeout=cfg.remote_timeout, max_retries=cfg.remote_max_retries)
+    if cfg.file:
+        return TimedReward(load_reward_file(cfg.file), cfg.timeout)
+    return TimedReward(WeightedReward(cfg.terms, cfg.term_options), cfg.timeout)
+
+
+def _term_weight(spec: str, item: str) -> tuple[str, float]:
+    name, _, weight = item.partition("=")
+    try:
+        return name.strip(), float(weight) if weight.strip() else 1.0
+    except ValueError:
+        raise ValueError(f"reward spec {spec!r}: weight of term {name.strip()!r} is not a number: {weight!r}") from None
+
+
+def load_reward_spec(spec: str):
+    """`builtin:asr` (the default multi-term ASR reward), `builtin:<term>[=<weight>][,...]` (weight 1.0
+    when not given, e.g. `builtin:cer,keyword=0.5`), or a `.py` path."""
+    if spec.startswith("builtin:"):
+        names = spec.split(":", 1)[1]
+        terms = DEFAULT_ASR_TERMS if names == "asr" else dict(_term_weight(spec, n) for n in names.split(",") if n.strip())
+        return WeightedReward(terms)
+    return load_reward_file(spec)
+
+
+__all__ = ["make_reward", "load_reward_spec"]

@@ -1,0 +1,58 @@
+"""The `model` and `eval` sections every trainer shares (re-exported by rl.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from asr_rl.settings import setting
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How the policy is loaded and which parameters train.
+
+    Attributes:
+        force_language: prefill `language <Name><asr_text>` from the manifest, so the model writes only
+            the transcript; otherwise it writes its own language tag (needed for language accuracy).
+        freeze_encoder: freeze the audio encoder (the family's default patterns); null = the
+            checkpoint decides: frozen unless `model init` initialised the encoder randomly
+            (`asr_rl.json`). RL always keeps it frozen.
+        freeze_patterns: extra fnmatch patterns of parameter names to freeze.
+        lora_rank: >0 adds LoRA adapters (peft) to the LLM's attention/MLP projections.
+        lora_alpha: LoRA scaling numerator.
+        lora_target_modules: module-name suffixes that get adapters.
+        dtype: `float32` or `bfloat16` weights.
+        encoder_cache: a file of frozen-encoder states shared by runs: read at the start when it was
+            written by the same encoder and prompt format (else ignored), written at the end of SFT,
+            so that GRPO from that SFT does not run the encoder again for what SFT already encoded.
+            In memory the states of a run are always cached while the encoder is frozen.
+        shared_prefix: the n responses of a prompt share one forward of it (rollout prefill, log-prob
+            passes, update; exact); false repeats the prompt per response (the reference path).
+    """
+
+    force_language: bool = False
+    freeze_encoder: bool | None = None
+    freeze_patterns: tuple[str, ...] = ()
+    lora_rank: int = setting(0, ge=0, note="0 = no LoRA")
+    lora_alpha: int = setting(16, gt=0)
+    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    encoder_cache: str | None = None
+    shared_prefix: bool = True
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Periodic evaluation on `eval_manifest` during training.
+
+    Attributes:
+        eval_batch_size: utterances per decoding batch.
+        eval_max_samples: evaluate at most this many utterances (the first ones), 0 = all.
+        num_beams: 1 = greedy.
+        eval_max_new_tokens: decoding length limit.
+    """
+
+    eval_batch_size: int = setting(32, ge=1)
+    eval_max_samples: int = setting(200, ge=0, note="0 = all")
+    num_beams: int = setting(1, ge=1)
+    eval_max_new_tokens: int = setting(96, ge=1)
