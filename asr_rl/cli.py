@@ -17,13 +17,17 @@ log = logging.getLogger("asr_rl.cli")
 
 # what `data check` checks a preference manifest as (data/pairs.py `preference_kind`)
 _PREFERENCE_KINDS = {"paired": "DPO pairs (`chosen`, `rejected`), as `train dpo` reads them",
-                     "unpaired": "KTO examples (`completion`, `label`), as `train kto` reads them"}
+                     "unpaired": "KTO examples (`completion`, `label`), as `train kto` reads them",
+                     "text_pairs": "text preference pairs (`prompt`, `chosen`, `rejected`), as `train rm` and "
+                                   "`train dpo prompt_data=` read them"}
 
 
 def _data_check(args: argparse.Namespace) -> int:
-    from asr_rl.data.manifest import scan_manifest
+    from asr_rl.data.manifest import sample_problems, scan_manifest
     from asr_rl.data.pairs import preference_kind, preference_problems
 
+    if preference_kind(args.manifest) == "text_pairs":
+        return _check_text_pairs(args.manifest)
     scan = scan_manifest(args.manifest, check_audio=not args.no_audio, min_duration=args.min_duration,
                          max_duration=args.max_duration)
     kind = preference_kind(scan.path)
@@ -39,7 +43,10 @@ def _data_check(args: argparse.Namespace) -> int:
         print(f"note: {scan.path}:{note.line}: {note.message}")
     if len(scan.notes) > args.max_notes:
         print(f"note: ... {len(scan.notes) - args.max_notes} more notes")
-    bad = sorted(scan.problems + (preference_problems(scan.utterances, kind) if kind else []), key=lambda p: p.line)
+    found = scan.problems + (preference_problems(scan.utterances, kind) if kind else [])
+    if args.deep:  # decode every file: what only the samples show (NaN or inf, data cut short)
+        found += sample_problems(scan.utterances)
+    bad = sorted(found, key=lambda p: p.line)
     problems = [(f"{scan.path}:{p.line}", p.message) for p in bad]
     if args.model:
         from asr_rl.models.codec import ResponseCodec
@@ -53,6 +60,22 @@ def _data_check(args: argparse.Namespace) -> int:
         print(f"  {where}: {message}")
     if not scan.utterances and not scan.problems:
         print(f"  {scan.path}: the manifest holds no utterances")
+        return 1
+    return 1 if problems else 0
+
+
+def _check_text_pairs(path: str) -> int:
+    from asr_rl.data.prompts import scan_preferences
+
+    pairs, problems = scan_preferences(path)
+    print(f"manifest:   {path}")
+    print(f"checked as: {_PREFERENCE_KINDS['text_pairs']} (from the keys of its first line)")
+    print(f"pairs:      {len(pairs)}")
+    print(f"bad lines:  {len(problems)}")
+    for p in problems:
+        print(f"  {path}:{p.line}: {p.message}")
+    if not pairs and not problems:
+        print(f"  {path}: the file holds no pairs")
         return 1
     return 1 if problems else 0
 
@@ -151,10 +174,11 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from asr_rl.data.manifest import read_context_file
-    from asr_rl.evaluation.evaluate import run_eval
+    from asr_rl.evaluation.evaluate import check_num_beams, run_eval
 
     if (args.model is None) == (args.compare is None):
         raise ValueError("asr-rl eval takes --model DIR, or --compare A B (model or eval output folders)")
+    check_num_beams(args.num_beams)
     sets = {}
     for item in args.test_set or []:
         name, sep, path = item.partition("=")
@@ -219,6 +243,8 @@ def _add_data_commands(sub) -> None:
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
     check.add_argument("--manifest", required=True)
     check.add_argument("--no-audio", action="store_true", help="skip opening the audio files")
+    check.add_argument("--deep", action="store_true",
+                       help="decode every audio file (slower): NaN or infinite samples, data cut short")
     check.add_argument("--min-duration", type=float, default=0.0)
     check.add_argument("--max-duration", type=float, default=30.0)
     check.add_argument("--max-notes", type=int, default=10)
@@ -356,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = extra
     try:
         return int(args.func(args) or 0)
-    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError, FloatingPointError, OSError) as e:
         # Known, user-facing failures: one clear message, no traceback (use -v for one).
         if args.verbose:
             raise

@@ -103,3 +103,38 @@ def test_data_pairs_refuses_a_count_that_can_never_make_a_pair_before_it_runs(tm
     assert e.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"asr-rl data pairs: error: {message}"
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------- bad input, round four
+def test_data_check_deep_decodes_every_file_and_names_non_finite_audio(tmp_path, capsys):
+    import numpy as np
+    import soundfile as sf
+
+    write_tone(tmp_path / "ok.wav")
+    sf.write(str(tmp_path / "nan.wav"), np.array([0.1, np.nan] * 800, dtype=np.float32), 16000, subtype="FLOAT")
+    m = write_manifest(tmp_path / "m.jsonl", [{"id": "1", "audio": "ok.wav", "text": "good", "language": "en"},
+                                              {"id": "2", "audio": "nan.wav", "text": "bad", "language": "en"}])
+    assert main(["data", "check", "--manifest", str(m)]) == 0  # the header is fine
+    capsys.readouterr()
+    assert main(["data", "check", "--manifest", str(m), "--deep"]) == 1
+    out = capsys.readouterr().out
+    assert "bad lines:  1" in out and f"{m}:2: audio file" in out and "800 non-finite samples" in out
+
+
+def test_data_check_reads_a_text_preference_file_as_train_rm_does(tmp_path, capsys):
+    good = {"prompt": "2+2?", "chosen": "4", "rejected": "5"}
+    m = write_manifest(tmp_path / "prefs.jsonl", [good, good, {"prompt": "x", "chosen": "y"}, "{oops"])
+    assert main(["data", "check", "--manifest", str(m)]) == 1
+    out = capsys.readouterr().out
+    assert "text preference pairs" in out and "pairs:      2" in out and "bad lines:  2" in out
+    assert f"{m}:3: missing or non-string `rejected`" in out and f"{m}:4: malformed JSON" in out
+    assert "audio" not in out
+    m.write_text("".join(__import__("json").dumps(good) + "\n" for _ in range(3)))
+    assert main(["data", "check", "--manifest", str(m)]) == 0
+
+
+@pytest.mark.parametrize("beams", ["0", "-2"])
+def test_eval_refuses_a_beam_width_below_one_before_loading_anything(tmp_path, capsys, beams):
+    assert main(["eval", "--model", str(tmp_path / "absent"), "--test-set", f"x={tmp_path}/x.jsonl",
+                 "--num-beams", beams]) == 2
+    assert "--num-beams must be at least 1 (1 = greedy decoding)" in capsys.readouterr().err

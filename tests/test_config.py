@@ -229,3 +229,21 @@ def test_an_async_queue_longer_than_the_run_is_refused_at_load(overrides, messag
     with pytest.raises((ConfigError, ValueError), match=message):
         load_config(RLConfig, None, base + overrides)
     assert load_config(RLConfig, None, base + ["rollout.async_queue_size=1", "max_steps=2"]).rollout.async_queue_size == 1
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rollout.max_new_tokens=16", "algo.overlong_buffer_len=20"],
+     r"algo.overlong_buffer_len=20 must be at most rollout.max_new_tokens=16"),
+    (["rollout.dynamic_filtering=false", "rollout.dynamic_filtering_range=[0.1,0.9]"],
+     r"rollout.dynamic_filtering_range=\[0.1, 0.9\] filters groups, and dynamic filtering is off"),
+    (["advantage_estimator=reinforce", "rollout.dynamic_filtering_range=[0.1,0.9]"],
+     r"dynamic filtering is off \(rollout.dynamic_filtering=false, or an estimator without groups\)"),
+])
+def test_settings_that_need_another_are_refused_at_load_not_ignored_or_found_after_loading(overrides, message):
+    from asr_rl.trainer.configs.rl import RLConfig
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(RLConfig, None, overrides)
+    ok = load_config(RLConfig, None, ["rollout.max_new_tokens=16", "algo.overlong_buffer_len=16",
+                                      "rollout.dynamic_filtering_range=[0.1,0.9]"])
+    assert ok.algo.overlong_buffer_len == 16 and ok.dynamic_filtering

@@ -51,7 +51,8 @@ def load_audio(path: str | os.PathLike, sample_rate: int = 16000) -> np.ndarray:
     """Load `path` as float32 mono at `sample_rate`, shape `(num_samples,)`.
 
     Multi-channel audio is averaged to mono; other rates are resampled (soxr, high quality).
-    Raises AudioError for a missing, unreadable or zero-length file.
+    Raises AudioError for a missing, unreadable or zero-length file, and for one holding NaN or
+    infinite samples (a float wav can: it would train a NaN model without a word).
     """
     info = audio_info(path)
     if info.frames == 0:
@@ -60,7 +61,17 @@ def load_audio(path: str | os.PathLike, sample_rate: int = 16000) -> np.ndarray:
         wav, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as e:
         raise AudioError(f"audio file {path} is unreadable: {e}") from None
+    check_finite(wav, sr, path)
     return to_mono_resampled(wav, sr, sample_rate)
+
+
+def check_finite(wav: np.ndarray, sr: int, path) -> None:
+    """AudioError naming `path`, how many samples are NaN or infinite and where the first is."""
+    bad = ~np.isfinite(wav)
+    if bad.any():
+        first = int(np.argmax(bad.any(axis=1) if bad.ndim == 2 else bad))
+        raise AudioError(f"audio file {path} has {int(bad.sum())} non-finite samples (NaN or inf), the first "
+                         f"at {first / sr:.3f} s: fix or drop the file")
 
 
 def to_mono_resampled(wav: np.ndarray, sr: int, sample_rate: int) -> np.ndarray:

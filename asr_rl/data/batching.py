@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from asr_rl.data.audio import load_audio
+from asr_rl.data.audio import AudioError, load_audio
 from asr_rl.data.manifest import Utterance
 
 
@@ -108,9 +108,17 @@ def context_digest(context: tuple[str, ...]) -> str:
     return "#" + hashlib.sha1("\x1f".join(context).encode()).hexdigest()[:12] if context else ""
 
 
+def load_utterance(u: Utterance, sample_rate: int = 16000) -> np.ndarray:
+    """`u`'s audio (`load_audio`); an AudioError names its manifest line as well as the file."""
+    try:
+        return load_audio(u.audio, sample_rate)
+    except AudioError as e:
+        raise AudioError(f"{u.source or u.id}: {e}") from None
+
+
 def load_batch(utterances: list[Utterance], sample_rate: int = 16000) -> AudioBatch:
     """Read the audio of `utterances` (mono, resampled to `sample_rate`) now."""
-    return AudioBatch(list(utterances), [load_audio(u.audio, sample_rate) for u in utterances], sample_rate)
+    return AudioBatch(list(utterances), [load_utterance(u, sample_rate) for u in utterances], sample_rate)
 
 
 def lazy_batch(utterances: list[Utterance], sample_rate: int = 16000, augmenter: Augmenter | None = None,
@@ -120,7 +128,7 @@ def lazy_batch(utterances: list[Utterance], sample_rate: int = 16000, augmenter:
     variants = [augmenter.pick(u, epoch) for u in utts] if augmenter else [0] * len(utts)
 
     def make(i: int) -> np.ndarray:
-        wav = load_audio(utts[i].audio, sample_rate)
+        wav = load_utterance(utts[i], sample_rate)
         return augmenter.apply(wav, utts[i], variants[i], sample_rate) if augmenter and variants[i] else wav
 
     return AudioBatch(utts, LazyWaveforms(make, len(utts)), sample_rate, variants, augmenter.tag if augmenter else "")
@@ -207,14 +215,14 @@ class UtteranceSampler:
 
 # Prompt positions per second of audio after a Whisper-style encoder (50 frames/s) and the adapter's
 # 2x pooling: what makes a context list's characters comparable with the audio's seconds.
-_POSITIONS_PER_SECOND = 25.0
+POSITIONS_PER_SECOND = 25.0
 
 
 def prompt_length(item) -> float:
     """What bucketing sorts by: an utterance's seconds of audio plus its context list's characters
     in seconds of audio positions (a 100-item list is as long as ~30 s of audio); 0 for other items."""
     context = getattr(item, "context", ())
-    return (getattr(item, "duration", None) or 0.0) + sum(len(c) + 2 for c in context) / _POSITIONS_PER_SECOND
+    return (getattr(item, "duration", None) or 0.0) + sum(len(c) + 2 for c in context) / POSITIONS_PER_SECOND
 
 
 class BatchLoader:

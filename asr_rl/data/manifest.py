@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from asr_rl.data.audio import AudioError, audio_info
+from asr_rl.data.audio import AudioError, audio_info, load_audio
 from asr_rl.data.languages import LANGUAGE_NAMES
 
 _KNOWN_FIELDS = ("id", "audio", "text", "language", "keywords", "duration", "speaker", "context")
@@ -121,6 +121,18 @@ def read_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
     return scan.utterances
 
 
+def sample_problems(utterances: list[Utterance]) -> list[Problem]:
+    """What only decoding shows (`asr-rl data check --deep`): a file whose samples are NaN or
+    infinite, or whose data stops short of its header's length. One file in memory at a time."""
+    out = []
+    for u in utterances:
+        try:
+            load_audio(u.audio, 16000)
+        except AudioError as e:
+            out.append(Problem(int(u.source.rsplit(":", 1)[1]), str(e)))
+    return out
+
+
 class _LineError(ValueError):
     pass
 
@@ -176,15 +188,39 @@ def check_context(context) -> tuple[str, ...]:
 
 
 def read_context_file(path: str | os.PathLike) -> tuple[str, ...]:
-    """A context list from a text file, one word or phrase a line (blank lines separate nothing and
-    are skipped); an empty list is refused, naming the file."""
+    """A context list from a UTF-8 text file, one word or phrase a line (blank lines are skipped), or
+    a JSON array of strings (as a manifest line's `context` holds it). A folder, bytes that are not
+    UTF-8 text, a JSON array of anything but strings, or an empty list is refused, naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"context file {path} is a folder; give a text file, one word or phrase a line")
     if not path.is_file():
         raise FileNotFoundError(f"context file {path} does not exist")
-    items = tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"context file {path} is not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); "
+                         "give a text file, one word or phrase a line") from None
+    if "\x00" in text:
+        raise ValueError(f"context file {path} holds NUL bytes: it is binary, not a text file")
+    if text.lstrip().startswith("["):
+        items = _json_context(path, text)
+    else:
+        items = tuple(line.strip() for line in text.splitlines() if line.strip())
     if not items:
         raise ValueError(f"context file {path} holds no words or phrases")
     return items
+
+
+def _json_context(path: Path, text: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"context file {path} starts like a JSON array but is not one ({e.msg} at line {e.lineno}, "
+                         f"column {e.colno}); give a JSON array of strings or one word or phrase a line") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"context file {path}: a JSON context list must be an array of strings")
+    return tuple(v.strip() for v in value if v.strip())
 
 
 def _check_duration(row: dict, audio_path: Path, check_audio: bool, min_duration: float,

@@ -90,8 +90,11 @@ def read_unpaired(path: str | os.PathLike, audio: bool) -> list[Unpaired]:
 
 def preference_kind(path: str | os.PathLike) -> str | None:
     """What a manifest holds, from the keys of its first JSON-object line: `paired` (`chosen`,
-    `rejected`: what `train dpo` reads), `unpaired` (`completion`, `label`: `train kto`), or None
-    (a plain manifest)."""
+    `rejected`, `audio`: what `train dpo` reads), `unpaired` (`completion`, `label`: `train kto`),
+    `text_pairs` (`prompt`, `chosen`, `rejected` without audio: what `train rm` and the text path of
+    `train dpo` read), or None (a plain manifest)."""
+    if not Path(path).is_file():
+        return None  # the manifest's reader names it
     with open(path, encoding="utf-8") as f:
         for raw in f:
             try:
@@ -99,7 +102,9 @@ def preference_kind(path: str | os.PathLike) -> str | None:
             except json.JSONDecodeError:
                 continue
             if isinstance(row, dict):
-                return "paired" if {"chosen", "rejected"} & row.keys() else "unpaired" if "completion" in row else None
+                if {"chosen", "rejected"} & row.keys():
+                    return "text_pairs" if "prompt" in row and "audio" not in row else "paired"
+                return "unpaired" if "completion" in row else None
     return None
 
 

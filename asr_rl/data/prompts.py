@@ -110,6 +110,16 @@ def _prompt_item(row: dict, lineno: int, input_key: str, label_key: str) -> Prom
 
 def read_preferences(path: str | os.PathLike) -> list[PreferencePair]:
     """Pairwise preference data: `prompt`, `chosen`, `rejected` on every line."""
+    pairs, problems = scan_preferences(path)
+    if problems:
+        raise ManifestError(path, problems, kind="preference set")
+    if not pairs:
+        raise ManifestError(path, [Problem(0, "the preference set holds no pairs")], kind="preference set")
+    return pairs
+
+
+def scan_preferences(path: str | os.PathLike) -> tuple[list[PreferencePair], list[Problem]]:
+    """Every usable pair of a text preference file and every bad line (`asr-rl data check`)."""
     path = Path(path)
     pairs, problems = [], []
     for lineno, row, err in _rows(path):
@@ -120,8 +130,4 @@ def read_preferences(path: str | os.PathLike) -> list[PreferencePair]:
                 continue
             err = f"missing or non-string {', '.join(f'`{k}`' for k in missing)}"
         problems.append(Problem(lineno, err))
-    if problems:
-        raise ManifestError(path, problems, kind="preference set")
-    if not pairs:
-        raise ManifestError(path, [Problem(0, "the preference set holds no pairs")], kind="preference set")
-    return pairs
+    return pairs, problems

@@ -88,6 +88,12 @@ def paired(a: list[UtteranceResult], b: list[UtteranceResult], name: str) -> tup
         raise ValueError(f"test set {name}: A and B transcribed different utterances ({len(only_a)} only in A, "
                          f"e.g. {sorted(only_a)[:3]}; {len(only_b)} only in B, e.g. {sorted(only_b)[:3]}); "
                          "evaluate both on the same manifest")
+    for r in a:  # the same id must be the same utterance: a reference or language that differs is not
+        other = by_id[1][r.id]
+        if (r.reference, r.language) != (other.reference, other.language):
+            raise ValueError(f"test set {name}: utterance {r.id!r} is not the same in A and B (reference "
+                             f"{r.reference!r}, language {r.language} in A; {other.reference!r}, {other.language} in "
+                             "B): compare evaluations of the same manifest")
     keep = [r.id for r in a if r.error is None and by_id[1][r.id].error is None]
     if not keep:
         raise ValueError(f"test set {name}: no utterance was transcribed by both A and B")
@@ -109,7 +115,7 @@ def compare_set(a: list[UtteranceResult], b: list[UtteranceResult], speakers: li
                       "breakdown": error_breakdown(side)}
     out["utterance"] = paired_bootstrap(ea, eb, units, n_resamples, seed).to_dict()
     out["speaker"] = None if blocks is None else paired_bootstrap(ea, eb, units, n_resamples, seed, blocks).to_dict()
-    if any(r.context for r in a):
+    if any(r.context for r in a) or any(r.context for r in b):
         out["biasing"] = compare_biasing(a, b, n_resamples, seed)
     return out
 
@@ -138,6 +144,10 @@ def run_compare(a: str | Path, b: str | Path, test_sets: dict[str, str] | None =
     from asr_rl.evaluation.compare_table import compare_markdown, format_compare
 
     output = Path(output) if output is not None else None
+    for label, side in (("A", a), ("B", b)):
+        if output is not None and output.resolve() == Path(side).resolve():
+            raise ValueError(f"--output {output} is {label} itself: the comparison would overwrite {label}'s own "
+                             "report.json and report.md; write it to a folder of its own")
     sides = load_sides({"A": Path(a), "B": Path(b)}, test_sets, output, eval_kwargs or {})
     report = {"a": str(a), "b": str(b), "resamples": n_resamples, "seed": seed, "test_sets": {}}
     for name in sides["A"]:

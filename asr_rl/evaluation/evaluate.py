@@ -21,6 +21,7 @@ from asr_rl.data.batching import AudioBatch
 from asr_rl.data.manifest import Utterance, scan_manifest
 from asr_rl.evaluation.metrics import SetMetrics, UtteranceResult, score_set
 from asr_rl.models.families import AudioTooLong
+from asr_rl.models.tokenizer import require_contexts_fit, require_prompts_fit
 from asr_rl.utils import atomic_write_text, write_jsonl
 
 log = logging.getLogger("asr_rl.eval")
@@ -88,6 +89,9 @@ def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_be
     utts = [replace(u, context=context) if context and not u.context else u for u in utts]
     if not utts and not scan.problems:
         raise ValueError(f"test set {manifest} is empty: it holds no utterances")
+    require_prompts_fit([u for u in utts if u.context], policy.tokenizer,
+                        getattr(policy.llm_config(), "max_position_embeddings", None), max_new_tokens,
+                        f"test set {manifest}")
     start = time.perf_counter()
     results = transcribe(policy, utts, batch_size, num_beams, max_new_tokens, progress)
     seconds = time.perf_counter() - start
@@ -121,6 +125,10 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
         if not Path(path).is_file():
             raise FileNotFoundError(f"test set {name}={path}: file does not exist")
     policy = AudioPolicy.from_pretrained(model, device=resolve_device(device), dtype=resolve_dtype(model, dtype))
+    check_num_beams(num_beams, len(policy.tokenizer))
+    limit = getattr(policy.llm_config(), "max_position_embeddings", None)
+    require_contexts_fit([(f"context file for {name}", items) for name, items in (contexts or {}).items()],
+                         policy.tokenizer, limit, max_new_tokens, "--context-file")
     if force_language is not None:
         policy.force_language = force_language
     out: dict[str, tuple[SetMetrics, list[UtteranceResult]]] = {}
@@ -132,6 +140,16 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
     if output is not None:
         write_reports({name: m for name, (m, _) in out.items()}, Path(output), model=str(model))
     return out
+
+
+def check_num_beams(num_beams: int, vocab_size: int | None = None) -> None:
+    """ValueError for a beam width that is no search: below 1 (1 is greedy), or wider than the
+    vocabulary (the first step cannot fill the beams)."""
+    if num_beams < 1:
+        raise ValueError(f"--num-beams must be at least 1 (1 = greedy decoding), got {num_beams}")
+    if vocab_size is not None and num_beams > vocab_size:
+        raise ValueError(f"--num-beams {num_beams} is wider than the model's vocabulary ({vocab_size} tokens); "
+                         f"use at most {vocab_size}")
 
 
 def resolve_dtype(model: str | Path, dtype: str) -> torch.dtype:

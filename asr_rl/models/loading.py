@@ -11,7 +11,7 @@ from asr_rl.config import ConfigError
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import encoder_is_pretrained
 from asr_rl.models.critic import ValueModel
-from asr_rl.models.families import FAMILIES, model_kind
+from asr_rl.models.families import FAMILIES, model_kind, spec_for
 from asr_rl.models.lora import add_lora
 from asr_rl.models.text_policy import load_text_policy
 from asr_rl.models.weights import read_model_config
@@ -32,6 +32,12 @@ def require_audio_llm(path: str | Path | None, key: str = "pretrain", hint: str 
     kind = "a text LM" if kind == "causal LM" else "a model"
     raise ConfigError(f"`{key}={path}`: this folder is {kind} ({model_type}), not an audio-LLM; audio training needs "
                       f"one of {', '.join(FAMILIES)} (e.g. `asr-rl model init --arch qwen2_audio`){hint}")
+
+
+def prompt_limit(path: str | Path) -> int | None:
+    """The positions the LLM of the audio-LLM folder `path` takes (its `max_position_embeddings`)."""
+    config = read_model_config(path)
+    return getattr(spec_for(config.model_type).llm_config(config), "max_position_embeddings", None)
 
 
 def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_rate: int = 16000,

@@ -170,3 +170,40 @@ def require_writable(utterances, tokenizer, what: str = "train_manifest") -> Non
         raise ValueError(f"{what}: {len(bad)} transcripts or context lists hold characters the model's tokenizer cannot write "
                          f"({''.join(chars[:40])}), e.g. {lines}. Build the model's tokenizer from this data "
                          "(asr-rl model init --tokenizer-from ...) or fix these lines")
+
+
+def require_contexts_fit(contexts: Iterable[tuple[str, tuple[str, ...]]], tokenizer, limit: int | None,
+                         reserve: int, what: str) -> None:
+    """ValueError naming the first of `contexts` (`(where, items)`) whose list the prompt cannot hold:
+    its characters the tokenizer cannot write (a dropped one changes a listed name without a word),
+    or its tokens, with `reserve` positions left for the audio and the response, over the LLM's
+    `limit` positions (None: no limit known). Checked before a forward could ask for the memory of a
+    prompt no model takes."""
+    seen: set[tuple[str, ...]] = set()
+    for where, items in contexts:
+        if not items or items in seen:
+            continue
+        seen.add(items)
+        text = ", ".join(items)
+        bad = unwritable_chars(tokenizer, [(where, text)])
+        if bad:
+            raise ValueError(f"{what}: {where}: the context list holds characters the model's tokenizer cannot "
+                             f"write: {' '.join(bad[0][1])}; remove them or build the tokenizer from these lists")
+        n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if limit is not None and n + reserve > limit:
+            raise ValueError(f"{what}: {where}: the context list of {len(items)} items is {n} tokens; with "
+                             f"{reserve} positions for the audio and the response the prompt would exceed the "
+                             f"model's {limit} positions. Shorten the list (at most ~{max(limit - reserve, 0)} "
+                             "tokens)")
+
+
+def require_prompts_fit(utterances, tokenizer, limit: int | None, max_new_tokens: int, what: str) -> None:
+    """`require_contexts_fit` for the context lists of `utterances`, each named by its line, with
+    room kept for the longest audio (at the prompt positions a second of audio takes) and
+    `max_new_tokens`."""
+    from asr_rl.data.batching import POSITIONS_PER_SECOND
+
+    longest = max((u.duration or 0.0 for u in utterances), default=0.0)
+    reserve = max_new_tokens + int(POSITIONS_PER_SECOND * longest)
+    require_contexts_fit([(f"{u.source or u.id} (context)", u.context) for u in utterances], tokenizer, limit,
+                         reserve, what)

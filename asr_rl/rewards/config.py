@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from asr_rl.settings import setting
@@ -70,6 +71,13 @@ class RewardConfig:
                 endpoints(self.remote_url)
             except ValueError as e:
                 raise ValueError(f"reward.remote_url: {e}") from None
+        elif kind == "file" and Path(self.file).is_file():  # a missing one is named by the run's path checks
+            from asr_rl.rewards.plugins import load_reward_file
+
+            try:
+                load_reward_file(self.file)  # imported and its functions checked, before any model loads
+            except (ValueError, FileNotFoundError) as e:
+                raise ValueError(f"reward.file: {e}") from None
         elif kind == "terms":
             from asr_rl.rewards.terms import TERMS
 

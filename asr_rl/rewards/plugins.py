@@ -128,8 +128,13 @@ def load_reward_file(path: str | Path):
     """The reward a user file defines (OpenRLHF `reward_func` first, then TRL-style functions)."""
     module = load_module(path)
     if callable(getattr(module, "reward_func", None)):
+        _check_takes(path, module.reward_func, 3, "reward_func(queries, prompts, labels, **kwargs)")
         return OpenRLHFFileReward(path, module.reward_func)
     if isinstance(getattr(module, "reward_funcs", None), (list, tuple)):
+        for fn in module.reward_funcs:
+            if not callable(fn):
+                raise ValueError(f"reward file {path}: reward_funcs holds {fn!r}, which is not a function")
+            _check_takes(path, fn, 1, "f(completions, **kwargs)")
         return TRLFileReward(path, list(module.reward_funcs), getattr(module, "reward_weights", None))
     trl = [f for f in vars(module).values() if inspect.isfunction(f) and f.__module__ == module.__name__
            and list(inspect.signature(f).parameters)[:1] == ["completions"]]
@@ -139,6 +144,23 @@ def load_reward_file(path: str | Path):
     raise ValueError(f"reward file {path} defines no recognised reward: expected `reward_func(queries, prompts, "
                      f"labels, **kwargs)`, a list `reward_funcs`, or one function `(completions, **kwargs)`; "
                      f"functions found: {found}")
+
+
+def _check_takes(path, fn, positional: int, how: str) -> None:
+    """ValueError naming the file and the function when `fn` cannot be called as the protocol calls
+    it: `positional` arguments, then keywords (those it names)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin: nothing to read, it is called as it is
+        return
+    params = list(sig.parameters.values())
+    # the columns it names beyond the positional ones arrive as keywords, whichever it names
+    named = {p.name: None for p in params[positional:] if p.default is p.empty
+             and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    try:
+        sig.bind(*([None] * positional), **named)
+    except TypeError as e:
+        raise ValueError(f"reward file {path}: {getattr(fn, '__name__', fn)}{sig} cannot be called as {how}: {e}") from None
 
 
 def _as_list(name: str, values, allow_none: bool = False, n: int | None = None) -> list:

@@ -37,3 +37,35 @@ def test_bad_audio_names_the_file(tmp_path, make, message):
     with pytest.raises(AudioError, match=message) as err:
         load_audio(path)
     assert str(path) in str(err.value)
+
+
+def _write_float_wav(path, values, sr=16000):
+    """A float wav holding what a broken pipeline can write: NaN or inf samples."""
+    sf.write(str(path), np.asarray(values, dtype=np.float32), sr, subtype="FLOAT")
+    return path
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_samples_are_refused_naming_the_file_count_and_time(tmp_path, bad):
+    wav = np.full(1600, 0.1, dtype=np.float32)
+    wav[800], wav[1200] = bad, bad
+    path = _write_float_wav(tmp_path / "nan.wav", wav)
+    with pytest.raises(AudioError) as err:
+        load_audio(path)
+    assert str(path) in str(err.value) and "2 non-finite samples" in str(err.value) and "0.050 s" in str(err.value)
+
+
+def test_a_batch_names_the_manifest_line_of_non_finite_audio(tmp_path):
+    from asr_rl.data.batching import load_batch, lazy_batch
+    from asr_rl.data.manifest import read_manifest
+    from tests.conftest import write_manifest
+
+    write_tone(tmp_path / "ok.wav")
+    _write_float_wav(tmp_path / "nan.wav", [0.1, float("nan")] * 800)
+    utts = read_manifest(write_manifest(tmp_path / "m.jsonl", [
+        {"id": "ok", "audio": "ok.wav", "text": "a", "language": "en"},
+        {"id": "bad", "audio": "nan.wav", "text": "b", "language": "en"}]))
+    with pytest.raises(AudioError, match=r"m\.jsonl:2: audio file .*nan\.wav has 800 non-finite"):
+        load_batch(utts)
+    with pytest.raises(AudioError, match=r"m\.jsonl:2: "):
+        lazy_batch(utts).waveforms[1]

@@ -117,3 +117,24 @@ def test_a_context_list_is_read_with_the_line_and_a_context_file_one_item_a_line
     (tmp_path / "blank.txt").write_text("\n  \n")
     with pytest.raises(ValueError, match="blank.txt holds no words or phrases"):
         read_context_file(tmp_path / "blank.txt")
+
+
+def test_a_context_file_that_is_a_folder_binary_or_a_json_array(tmp_path):
+    from asr_rl.data.manifest import read_context_file
+
+    with pytest.raises(ValueError, match=f"context file {tmp_path} is a folder"):
+        read_context_file(tmp_path)
+    (tmp_path / "bin.txt").write_bytes(b"grace\n\xff\xfe\x00\x01")
+    with pytest.raises(ValueError, match=r"bin\.txt is not UTF-8 text \(byte 6"):
+        read_context_file(tmp_path / "bin.txt")
+    (tmp_path / "nul.txt").write_bytes(b"grace\x00ben\n")
+    with pytest.raises(ValueError, match=r"nul\.txt holds NUL bytes"):
+        read_context_file(tmp_path / "nul.txt")
+    (tmp_path / "list.json").write_text('["grace", " living room ", "张伟"]\n', encoding="utf-8")
+    assert read_context_file(tmp_path / "list.json") == ("grace", "living room", "张伟")
+    (tmp_path / "bad.json").write_text('["grace", 3]')
+    with pytest.raises(ValueError, match=r"bad\.json: a JSON context list must be an array of strings"):
+        read_context_file(tmp_path / "bad.json")
+    (tmp_path / "broken.json").write_text('["grace", ')
+    with pytest.raises(ValueError, match=r"broken\.json starts like a JSON array but is not one"):
+        read_context_file(tmp_path / "broken.json")

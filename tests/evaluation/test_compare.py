@@ -148,3 +148,31 @@ def test_with_context_lists_compare_bootstraps_b_wer_and_u_wer_and_counts_false_
     c = _eval_folder(tmp_path / "c", {"s": rows_b})
     assert main(["eval", "--compare", str(a), str(c)]) == 2
     assert "different context lists" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- bad input, round four
+def test_compare_refuses_ids_that_pair_different_utterances(two_evals, tmp_path, capsys):
+    a, _ = two_evals
+    other = _eval_folder(tmp_path / "other", {"clean": [_hyp("c1", "bob", "bob", speaker="s1"),
+                                                        _hyp("c2", "打开客厅的灯", "打开客厅的灯", "zh", speaker="s2")]})
+    assert main(["eval", "--compare", str(a), str(other), "--test-set", f"clean={tmp_path}/m.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert "test set clean: utterance 'c1' is not the same in A and B" in err
+    assert "'anna'" in err and "'bob'" in err and "intervals" not in err
+
+
+def test_compare_refuses_to_write_over_one_of_its_sides(two_evals, capsys):
+    a, b = two_evals
+    before = (a / "report.json").read_text()
+    assert main(["eval", "--compare", str(a), str(b), "--output", str(a)]) == 2
+    assert "--output" in capsys.readouterr().err and (a / "report.json").read_text() == before
+    assert main(["eval", "--compare", str(a), str(b), "--output", str(b / ".." / b.name)]) == 2
+    assert "is B itself" in capsys.readouterr().err
+
+
+def test_compare_checks_context_lists_on_both_sides(tmp_path, capsys):
+    rows = [_hyp("u1", "call anna", "call anna"), _hyp("u2", "call ben", "call ben")]
+    a = _eval_folder(tmp_path / "a", {"clean": rows})
+    b = _eval_folder(tmp_path / "b", {"clean": [dict(r, context=["anna", "ben"]) for r in rows]})
+    assert main(["eval", "--compare", str(a), str(b)]) == 2
+    assert "different context lists" in capsys.readouterr().err

@@ -96,3 +96,32 @@ def test_a_context_file_reaches_the_prompt_of_lines_without_their_own_and_b_wer_
     assert main(["eval", "--model", str(whisper_model), "--test-set", f"clean={manifest}", "--context-file",
                  f"clean={tmp_path / 'none.txt'}"]) == 2
     assert "none.txt holds no words or phrases" in capsys.readouterr().err
+
+
+def test_eval_refuses_context_lists_the_prompt_cannot_hold_and_beams_wider_than_the_vocabulary(tiny_model,
+                                                                                                 tiny_corpus, tmp_path,
+                                                                                                 capsys):
+    rows = [json.loads(x) for x in (tiny_corpus / "test_clean.jsonl").read_text(encoding="utf-8").splitlines()][:2]
+    for r in rows:
+        r["audio"] = str(tiny_corpus / r["audio"])
+    manifest = write_manifest(tmp_path / "set.jsonl", rows)
+    train = [json.loads(x)["text"] for x in (tiny_corpus / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    words = sorted({w for t in train for w in t.split() if w.isascii()})  # the tokenizer's own characters
+    huge = tmp_path / "huge.txt"
+    huge.write_text("\n".join(words[i % len(words)] for i in range(10_000)))
+    assert main(["eval", "--model", str(tiny_model), "--test-set", f"clean={manifest}", "--context-file",
+                 f"clean={huge}"]) == 2
+    err = capsys.readouterr().err
+    assert "--context-file: context file for clean: the context list of 10000 items is" in err
+    assert "exceed the model's" in err and "can't allocate" not in err
+    odd = tmp_path / "odd.txt"
+    odd.write_text("grace\nΩmega\n", encoding="utf-8")
+    assert main(["eval", "--model", str(tiny_model), "--test-set", f"clean={manifest}", "--context-file",
+                 f"clean={odd}"]) == 2
+    assert "cannot write: Ω" in capsys.readouterr().err
+    long_line = write_manifest(tmp_path / "long.jsonl", [dict(rows[0], context=[words[0]] * 10_000), rows[1]])
+    assert main(["eval", "--model", str(tiny_model), "--test-set", f"clean={long_line}"]) == 2
+    assert f"{long_line}:1 (context): the context list of 10000 items" in capsys.readouterr().err
+    assert main(["eval", "--model", str(tiny_model), "--test-set", f"clean={manifest}", "--num-beams",
+                 "100000"]) == 2
+    assert "--num-beams 100000 is wider than the model's vocabulary" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """User reward files: both plug-in signatures, the shipped examples, and every fault."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,24 @@ def test_a_trl_function_reads_the_context_column_and_openrlhf_s_reward_func_gets
     path = _file(tmp_path, "def reward_func(queries, prompts, labels, contexts):\n"
                            "    return [float(len(c)) for c in contexts]\n")
     assert load_reward_file(path)(samples).rewards == [2.0, 0.0]
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def reward_func(queries, prompts, labels:\n    return [0.0]\n", r"has a syntax error at line 1"),
+    ("import no_such_module_here\n", r"failed to import: ModuleNotFoundError"),
+    ("def reward_func(queries):\n    return [0.0] * len(queries)\n",
+     r"reward_func\(queries\) cannot be called as reward_func\(queries, prompts, labels, \*\*kwargs\)"),
+    ("def f(completions, *, solution):\n    return [0.0]\nreward_funcs = [f, 3]\n", r"reward_funcs holds 3"),
+    ("def helper(x):\n    return x\n", r"defines no recognised reward"),
+])
+def test_a_broken_reward_file_is_refused_at_config_load_before_any_model(tmp_path, capsys, source, message):
+    from asr_rl.cli import main
+
+    path = _file(tmp_path, source)
+    out = tmp_path / "run"
+    # the model folder does not exist either: the reward file's error must come first, at config load
+    assert main(["train", "grpo", f"output_dir={out}", f"pretrain={tmp_path / 'no_model'}",
+                 f"reward.file={path}"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and f"reward.file: reward file {path}" in err
+    assert "no_model" not in err and "Traceback" not in err and not out.exists()

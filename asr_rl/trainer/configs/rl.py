@@ -357,9 +357,23 @@ class RLConfig(RunConfig):
         if self.model.freeze_encoder is False:
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")
+        self._check_filtering_and_length()
         from asr_rl.trainer.configs.group_loss import check_group_loss  # what a group loss (its spec) needs
 
         check_group_loss(self)
+
+    def _check_filtering_and_length(self) -> None:
+        """Settings that only mean something with another one, refused here rather than ignored or
+        found after the model loads."""
+        r, a = self.rollout, self.algo
+        if r.dynamic_filtering_range is not None and not self.dynamic_filtering:
+            raise ValueError(f"rollout.dynamic_filtering_range={list(r.dynamic_filtering_range)} filters groups, and "
+                             "dynamic filtering is off (rollout.dynamic_filtering=false, or an estimator without "
+                             "groups): set rollout.dynamic_filtering=true or drop the range")
+        if a.overlong_buffer_len is not None and a.overlong_buffer_len > r.max_new_tokens:
+            raise ValueError(f"algo.overlong_buffer_len={a.overlong_buffer_len:g} must be at most "
+                             f"rollout.max_new_tokens={r.max_new_tokens}: the penalty starts that many tokens before "
+                             "the limit")
 
     @property
     def dynamic_filtering(self) -> bool:

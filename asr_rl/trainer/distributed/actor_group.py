@@ -24,17 +24,32 @@ def free_port() -> int:
 
 
 class ActorGroup:
-    def __init__(self, name: str, actor_cls, size: int, use_gpu: bool, init_args, output_dir: str):
-        """Place `size` actors of `actor_cls`, one per bundle; `init_args(i)` gives member i's
-        constructor arguments."""
+    def __init__(self, name: str, actor_cls, size: int, use_gpu: bool, init_args, output_dir: str, nodes: int = 1):
+        """Place `size` actors of `actor_cls` on `nodes` nodes (size / nodes on each: one bundle per
+        node, no two on one node, when `nodes` > 1; else packed); `init_args(i, master_addr)` gives
+        member i's constructor arguments, `master_addr` being where member 0's node is reached."""
         self.name, self.output_dir = name, output_dir
-        bundle = bundle_of(use_gpu)
-        self.pg = placement_group([bundle] * size, strategy="PACK")
-        ray.get(self.pg.ready(), timeout=120)
+        if size % nodes:
+            raise ValueError(f"{name}: {size} members cannot be spread evenly over {nodes} nodes")
+        per_node = size // nodes
+        if nodes > 1:
+            bundles, strategy, member_bundle = ([scaled(bundle_of(use_gpu), per_node)] * nodes, "STRICT_SPREAD",
+                                                lambda i: i // per_node)
+        else:
+            bundles, strategy, member_bundle = [bundle_of(use_gpu)] * size, "PACK", lambda i: i
+        self.pg = placement_group(bundles, strategy=strategy)
+        try:
+            ray.get(self.pg.ready(), timeout=120)
+        except ray.exceptions.GetTimeoutError:
+            ray.util.remove_placement_group(self.pg)
+            raise RankFailed(f"{name}: the Ray cluster could not place {size} member(s) on {nodes} node(s) of "
+                             f"{bundles[0]} each within 120 s ({len(ray.nodes())} node(s) known): start more nodes "
+                             "or ask for fewer (distributed.*_num_nodes)") from None
+        addr = master_address(self.pg)
         self.actors = [actor_cls.options(
             num_cpus=1, num_gpus=1 if use_gpu else 0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-        ).remote(*init_args(i)) for i in range(size)]
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=member_bundle(i)),
+        ).remote(*init_args(i, addr)) for i in range(size)]
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -89,6 +104,20 @@ class ActorGroup:
 
 def bundle_of(use_gpu: bool) -> dict:
     return {"GPU": 1, "CPU": 1} if use_gpu else {"CPU": 1}
+
+
+def scaled(bundle: dict, n: int) -> dict:
+    return {k: v * n for k, v in bundle.items()}
+
+
+def master_address(pg) -> str:
+    """Where the group's member 0 listens for its process group: its node's IP, or 127.0.0.1 when
+    every bundle is on one host (Ray reports a non-loopback node IP; gloo between the processes of
+    one machine is kept on loopback)."""
+    node_of = ray.util.placement_group_table(pg)["bundles_to_node_id"]
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    hosts = {ips.get(node) for node in node_of.values()}
+    return "127.0.0.1" if len(hosts) == 1 else ips[node_of[0]]
 
 
 def check_resources(sizes: dict[str, int], use_gpu: bool) -> None:

@@ -52,7 +52,7 @@ class RayBackend:
         self.ranks = self.policy.actors
         if "reference" in sizes:
             self.ref = ActorGroup("reference", RayReferenceWorker, sizes["reference"], use_gpu,
-                                  lambda i: (i, cfg, ctx.device, text), cfg.output_dir)
+                                  lambda i, _: (i, cfg, ctx.device, text), cfg.output_dir, d.ref_num_nodes)
         if "critic" in sizes:
             self.critic = _dp_group("critic", RayCriticWorker, d.critic_num_nodes, d.critic_num_gpus_per_node, use_gpu,
                                     cfg, (cfg, ctx.device, text))
@@ -60,6 +60,7 @@ class RayBackend:
         self.group_multiple = math.lcm(*(len(g) for g in (self.policy, self.ref, self.critic) if g))
         colocated = (needs_ref and self.ref is None, needs_critic and self.critic is None)
         info = self.policy.call_all("setup", cfg, ctx.device, *colocated, text)
+        self.nodes = [i["node"] for i in info]
         self.pad_id = info[0]["pad_id"]
         self.eos_id = info[0]["eos_id"]
         from asr_rl.models.codec import ResponseCodec
@@ -70,6 +71,8 @@ class RayBackend:
             from asr_rl.trainer.distributed.ray_engines import EngineGroup
 
             self.engine = EngineGroup(cfg, self.ranks, text)
+        if len(set(self.nodes)) > 1:
+            log.info("policy ranks on %d Ray nodes", len(set(self.nodes)))
         log.info("Ray backend: %d policy ranks (ZeRO-%d)%s%s%s%s", self.world_size, d.zero_stage,
                  f", {len(self.ref)} reference rank(s)" if self.ref else "",
                  f", {len(self.critic)} critic rank(s)" if self.critic else "",
@@ -192,10 +195,9 @@ class RayBackend:
 def _dp_group(name: str, actor_cls, nodes: int, per_node: int, use_gpu: bool, cfg, extra: tuple = ()) -> ActorGroup:
     """A DeepSpeed data-parallel group: its members share one process group of their own."""
     size = nodes * per_node
-    # Members of one group share a machine here: 127.0.0.1 (Ray reports a non-loopback node IP).
-    addr = "127.0.0.1" if nodes == 1 else ray.util.get_node_ip_address()
-    port = free_port()
-    return ActorGroup(name, actor_cls, size, use_gpu, lambda i: (i, size, addr, port, *extra), cfg.output_dir)
+    port = free_port()  # on the driver's host: where member 0 runs too unless the cluster spans hosts
+    return ActorGroup(name, actor_cls, size, use_gpu, lambda i, addr: (i, size, addr, port, *extra), cfg.output_dir,
+                      nodes)
 
 
 def _split(exp: Experience, group: ActorGroup) -> list[Experience]:

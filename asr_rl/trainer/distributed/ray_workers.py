@@ -55,7 +55,8 @@ class RayPolicyWorker:
         self.worker = PolicyWorker(cfg, policy, ref, critic, policy_strategy, critic_strategy, engine,
                                    rank=self.rank, world_size=self.world_size)
         self.policy, self.policy_strategy = policy, policy_strategy
-        return {"pad_id": policy.pad_id, "eos_id": policy.eos_id, "rank": self.rank, "pid": os.getpid()}
+        return {"pad_id": policy.pad_id, "eos_id": policy.eos_id, "rank": self.rank, "pid": os.getpid(),
+                "node": ray.get_runtime_context().get_node_id()}
 
     def report_memory(self, longest, device: str) -> None:
         """Log this rank's estimate (ZeRO partitioning included) and warn when it will not fit."""

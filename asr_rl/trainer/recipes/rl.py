@@ -47,9 +47,9 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.signal_sampler import build_sampler
     from asr_rl.data.manifest import read_manifest
     from asr_rl.models.codec import ResponseCodec
-    from asr_rl.models.tokenizer import require_writable
+    from asr_rl.models.tokenizer import require_prompts_fit, require_writable
     from asr_rl.data.augment import VariantAugmenter
-    from asr_rl.models.loading import require_audio_llm
+    from asr_rl.models.loading import prompt_limit, require_audio_llm
     from asr_rl.trainer.run.setup import setup_run
 
     require_audio_llm(cfg.pretrain, hint="; a text LM trains on prompts: prompt_data=PATH without train_manifest")
@@ -58,7 +58,9 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
             raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
         utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
         # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
-        require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
+        tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
+        require_writable(utts, tokenizer)
+        require_prompts_fit(utts, tokenizer, prompt_limit(cfg.pretrain), cfg.rollout.max_new_tokens, "train_manifest")
         loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
                              sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))

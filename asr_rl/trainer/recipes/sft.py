@@ -21,12 +21,13 @@ import torch.nn.functional as F
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.codec import ResponseCodec
-from asr_rl.models.tokenizer import require_writable
+from asr_rl.models.tokenizer import require_prompts_fit, require_writable
 from asr_rl.data.augment import VariantAugmenter, mask_states, spec_augment
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                            save_checkpoint, save_final, set_rng_state)
+from asr_rl.trainer.update.ppo import TrainingDiverged
 from asr_rl.trainer.update.strategy import LocalStrategy
-from asr_rl.models.loading import load_policy, require_audio_llm
+from asr_rl.models.loading import load_policy, prompt_limit, require_audio_llm
 from asr_rl.trainer.run.setup import make_logger, setup_run
 from asr_rl.trainer.run.early_stopping import EarlyStopping
 from asr_rl.trainer.run.step_end import StepEnd
@@ -95,7 +96,11 @@ def train_sft(cfg: SFTConfig):
     with setup_run(cfg) as ctx:
         utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
                              max_duration=cfg.data.max_duration)
-        require_writable(utts, ResponseCodec.from_pretrained(cfg.pretrain).tokenizer)
+        tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
+        require_writable(utts, tokenizer)
+        # the reference is the response: the longest one bounds what the prompt leaves room for
+        longest = max(len(tokenizer(u.text, add_special_tokens=False)["input_ids"]) for u in utts) + 1
+        require_prompts_fit(utts, tokenizer, prompt_limit(cfg.pretrain), longest, "train_manifest")
         policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
         ctc_head = _make_ctc_head(policy, cfg, ctx.device, [u.text for u in utts])
         params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
@@ -110,6 +115,7 @@ def train_sft(cfg: SFTConfig):
             step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
         end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, "sft", postfix="loss/total",
                       early_stopping=EarlyStopping.from_config(cfg), decay_now=strategy.decay_now,
+                      decaying=strategy.decaying,
                       save_best=functools.partial(save_final, ctx.output_dir, policy.save_pretrained, "best"))
         end.load_state_dict(state)
         evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval)
@@ -120,7 +126,9 @@ def train_sft(cfg: SFTConfig):
             t0, metrics = time.perf_counter(), {}
             for micro in range(accum):
                 rng = np.random.default_rng([cfg.seed, step, micro])
-                loss, m = sft_loss(policy, ctc_head, loader.next_batch(), cfg, rng)
+                batch = loader.next_batch()
+                loss, m = sft_loss(policy, ctc_head, batch, cfg, rng)
+                _check_finite(loss, m, step + 1, batch)
                 strategy.backward(loss / accum, last=micro == accum - 1)
                 metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
             grad_norm = strategy.step()
@@ -137,6 +145,17 @@ def train_sft(cfg: SFTConfig):
         if policy.encoder_frozen and cfg.model.encoder_cache:
             policy.save_encoder_cache(cfg.model.encoder_cache)
         return save_final(ctx.output_dir, policy.save_pretrained)
+
+
+def _check_finite(loss: torch.Tensor, metrics: dict, step: int, batch) -> None:
+    """Stop before the update (and before any save) on a NaN/inf loss, naming its utterances: one
+    update would make every weight NaN, and every checkpoint after it."""
+    if not torch.isfinite(loss):
+        where = ", ".join(u.source or u.id for u in batch.items[:8]) + (", ..." if len(batch) > 8 else "")
+        raise TrainingDiverged(f"SFT loss is {float(loss.detach())} at step {step} ({metrics}) on the batch of "
+                               f"{where}; stopping before the update, the last checkpoint is intact. A NaN from "
+                               "the start is usually the data (`asr-rl data check --deep` decodes every file); "
+                               "later, lower the learning rate")
 
 
 def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead | None:

@@ -62,8 +62,11 @@ def save_checkpoint(output_dir: str | Path, step: int, save_model: Callable[[Pat
             save_state(tmp / STATE_DIR)
         _record_files(tmp)
         replace_dir(tmp, final)
-    except BaseException:
+    except BaseException as e:
+        full = disk_full(e, tmp, final, previous=list_checkpoints(output_dir))
         shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None:
+            raise full from e
         raise
     atomic_write_text(root / "latest", final.name + "\n")
     for old in list_checkpoints(output_dir)[:-max(1, max_ckpt_num)]:
@@ -83,10 +86,52 @@ def save_final(output_dir: str | Path, save_model: Callable[[Path], None], name:
         if info is not None:
             (tmp / f"{name}.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
         replace_dir(tmp, final)
-    except BaseException:
+    except BaseException as e:
+        full = disk_full(e, tmp, final, previous=[final] if final.is_dir() else [])
         shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None:
+            raise full from e
         raise
     return final
+
+
+class DiskFull(OSError):
+    """A save that ran out of disk: the message says which folder, how much was free and needed."""
+
+
+# free space below which a failed write is taken for a full disk: torch's zip writer reports ENOSPC
+# as "[enforce fail at inline_container.cc] unexpected pos", with no errno to read
+_NEARLY_FULL = 64 << 20
+
+
+def disk_full(error: BaseException, tmp: Path, final: Path, previous: list[Path]) -> DiskFull | None:
+    """A `DiskFull` for `error` when it came from a full disk (ENOSPC anywhere in its chain, or
+    almost nothing free where `tmp` was being written), else None. Measured before `tmp` is removed:
+    what it holds is what was written before the disk filled."""
+    import errno
+
+    chain, e = [], error
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    try:
+        free = shutil.disk_usage(tmp if tmp.exists() else tmp.parent).free
+    except OSError:
+        return None
+    if not any(getattr(x, "errno", None) == errno.ENOSPC for x in chain) and free >= _NEARLY_FULL:
+        return None
+    written = _folder_bytes(tmp)
+    needed = max([written] + [_folder_bytes(p) for p in previous])
+    mib = 1 << 20
+    kept = f"; {previous[-1]} is intact" if previous else ""
+    return DiskFull(errno.ENOSPC, f"the disk is full: writing {final} stopped after {written / mib:.1f} MiB with "
+                    f"{free / mib:.1f} MiB free on the filesystem of {final.parent}; one save needs at least "
+                    f"{needed / mib:.1f} MiB{kept}. Free space there (or lower max_ckpt_num, or set output_dir "
+                    "on a larger disk) and resume with resume=auto")
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:

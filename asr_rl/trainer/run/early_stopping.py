@@ -88,6 +88,10 @@ class EarlyStopping:
             self.decay_end = step + decay
         return Verdict(improved, decay, self.done(step))
 
+    def begin_decay(self, step: int, steps: int) -> None:
+        """A decay of `steps` begun at `step` for another reason than patience (the time cap)."""
+        self.decay_end = step + steps
+
     def done(self, step: int) -> bool:
         """Whether the run ends at `step`: patience ran out (with no decay to run), or the decay ended
         (and, with `plateau_patience`, that many evaluations since the best brought no improvement)."""

@@ -5,7 +5,9 @@ SFT, DPO/KTO, RM and the RL loop call it."""
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,15 +54,18 @@ class StepEnd:
         save_best: `save_best(info=...)` writes the weights as the best on dev (`info`: step,
             metric, value); called whenever an evaluation improves on the best.
         decay_now: `decay_now(n)` anneals the rate to its floor over the next n steps
-            (`LocalStrategy.decay_now`); called when patience runs out and a decay follows.
+            (`LocalStrategy.decay_now`); called when patience runs out and a decay follows, or when
+            `max_minutes` would cut the planned decay (`_reserve_decay`).
+        decaying: `decaying()` says whether such a decay has begun (`LocalStrategy.decaying`).
     """
 
     def __init__(self, cfg: RunConfig, logger, first_step: int, desc: str, postfix: str | None = None,
                  early_stopping: EarlyStopping | None = None, save_best: Callable[..., object] | None = None,
-                 decay_now: Callable[[int], None] | None = None):
+                 decay_now: Callable[[int], None] | None = None, decaying: Callable[[], bool] | None = None):
         self.cfg, self.logger, self.postfix = cfg, logger, postfix
-        self.early, self.save_best, self.decay_now = early_stopping, save_best, decay_now
+        self.early, self.save_best, self.decay_now, self.decaying = early_stopping, save_best, decay_now, decaying
         self.step = first_step
+        self.ends: deque[float] = deque([time.perf_counter()], maxlen=1001)  # recent step ends: the pace
         # a resumed run's clock goes on from its checkpoint: `max_minutes` and the logged time axis
         # (asr-rl report, the RL-vs-SFT comparisons by minute) count the whole run
         self.start = time.perf_counter() - 60 * elapsed_at(cfg.output_dir, first_step)
@@ -77,6 +82,7 @@ class StepEnd:
         now = time.perf_counter()
         metrics["time/step"] = now - step_start
         metrics["time/elapsed_min"] = (now - self.start) / 60
+        self._reserve_decay(step, metrics, now)
         out_of_time = 0 < self.cfg.max_minutes <= metrics["time/elapsed_min"]
         # the step an early-stopping decay ends at is evaluated and checkpointed (the run may end there)
         decay_over = self.early is not None and step == self.early.decay_end
@@ -97,6 +103,44 @@ class StepEnd:
         if out_of_time:
             log.info("max_minutes %.1f reached at step %d", self.cfg.max_minutes, step)
         return last or stop
+
+    def _reserve_decay(self, step: int, metrics: dict, now: float) -> None:
+        """Start the planned decay (early stopping's, else WSD's) at the latest when the time
+        `max_minutes` leaves is what the decay takes at this run's pace (evaluations and saves
+        included, over as many recent steps as the decay has: a warm cache's, not the first epoch's): a
+        slower host then decays sooner instead of being cut before its decay, which is where most of
+        the gain comes. Logged (and `schedule/decay_for_time_cap` in the metrics) when it moves the
+        schedule."""
+        self.ends.append(now)
+        n = self._planned_decay(step)
+        if self.cfg.max_minutes <= 0 or n == 0 or self.decay_now is None or len(self.ends) < 4:
+            return
+        recent = list(self.ends)[-min(n, 1000) - 1:]
+        pace = (recent[-1] - recent[0]) / (len(recent) - 1)
+        left = 60 * (self.cfg.max_minutes - metrics["time/elapsed_min"])
+        if left > n * pace:
+            return
+        n = max(1, min(n, self.cfg.max_steps - step))
+        if self.early is not None:
+            self.early.begin_decay(step, n)
+        self.decay_now(n)
+        metrics["schedule/decay_for_time_cap"] = step
+        log.info("max_minutes %g: %.1f min left, what the %d-step decay takes at %.2f s a step: decaying the rate "
+                 "from step %d, earlier than planned (the time cap changed the schedule)", self.cfg.max_minutes,
+                 left / 60, n, pace, step)
+
+    def _planned_decay(self, step: int) -> int:
+        """Steps of the decay still to come: early stopping's `decay_steps`, or WSD's last
+        `lr_decay_ratio` of `max_steps` when it has not begun by `step`; 0 once a decay runs."""
+        if self.decaying is not None and self.decaying():
+            return 0
+        if self.early is not None and self.early.decay_steps:
+            return self.early.decay_steps if self.early.decay_end is None else 0
+        optim = getattr(self.cfg, "optim", None)
+        if getattr(optim, "lr_scheduler", None) == "warmup_stable_decay":
+            n = math.ceil(optim.lr_decay_ratio * self.cfg.max_steps)
+            return n if step < self.cfg.max_steps - n else 0
+        return 0
 
     def _judge(self, step: int, metrics: dict) -> bool:
         """Early stopping's verdict on this evaluation, acted on; True when the run ends here."""

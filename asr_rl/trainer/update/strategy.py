@@ -102,6 +102,10 @@ class LocalStrategy:
         for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
             group["lr"] = base * self.schedule(k)
 
+    def decaying(self) -> bool:
+        """Whether a decay begun early (`decay_now`) is under way or done."""
+        return self.schedule is not None and self.schedule.cut is not None
+
     def backward(self, loss: torch.Tensor, last: bool = True) -> None:
         """Accumulate gradients; `last` marks the minibatch's final micro-batch (DeepSpeed reduces there)."""
         loss.backward()

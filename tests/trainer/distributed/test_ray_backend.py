@@ -34,8 +34,9 @@ def local_ray():
     shutdown_ray()
 
 
-def _one_step(cfg):
-    """Run one RL step and return every rank's trainable parameters (one entry for local)."""
+def _one_step(cfg, with_nodes: bool = False):
+    """Run one RL step and return every rank's trainable parameters (one entry for local); with
+    `with_nodes`, also the Ray node each policy rank ran on."""
     from asr_rl.data.batching import BatchLoader
     from asr_rl.data.manifest import read_manifest
 
@@ -46,7 +47,7 @@ def _one_step(cfg):
     try:
         trainer.fit()
         if hasattr(workers, "ranks"):
-            return rank_weights(workers)
+            return (rank_weights(workers), workers.nodes) if with_nodes else rank_weights(workers)
         return [{n: p.detach().clone() for n, p in workers.policy.model.named_parameters() if p.requires_grad}]
     finally:
         getattr(workers, "shutdown", lambda: None)()

@@ -50,6 +50,10 @@ def _rank(rank: int, port: int, out: str) -> None:
         loss_fn = lambda mb: LossOutput(aggregate_loss(w * mb.response_ids.float(), mb.response_mask, mode), {})  # noqa: E731,B023
         metrics = _epochs(exp, 1, 2, len(rows), 0, strategy, loss_fn, prefix="actor", loss_agg_mode=mode)
         (Path(out) / f"{mode}.{rank}.txt").write_text(repr(metrics["actor/grad_norm"]))
+    # both ranks leave the group together: a rank exiting while its peer is still in gloo can abort
+    # in the process group's teardown ("terminate called without an active exception")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 def test_two_ranks_with_uneven_micro_batches_normalise_by_all_tokens_or_sequences(tmp_path):

@@ -268,3 +268,72 @@ def test_out_of_patience_sft_anneals_the_rate_over_the_decay_steps_then_ends(tin
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(5.5e-4)
     assert rows[2]["lr"] == pytest.approx(1e-4)  # "lr" is the next step's rate: step 4's, the floor
     assert '"step": 3' in (out / "best" / "best.json").read_text()  # the decay found the best
+
+
+# ---------------------------------------------------------------------------------- bad input, round four
+def _rows(tiny_corpus):
+    import json
+
+    rows = [json.loads(x) for x in (tiny_corpus / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["audio"] = str(tiny_corpus / r["audio"])
+    return rows
+
+
+def test_sft_on_non_finite_audio_stops_naming_the_line_and_writes_no_nan_model(tiny_model, tiny_corpus, tmp_path,
+                                                                                capsys):
+    import json
+
+    import numpy as np
+    import soundfile as sf
+
+    from asr_rl.cli import main
+
+    rows = _rows(tiny_corpus)
+    wav, sr = sf.read(rows[2]["audio"], dtype="float32")
+    wav[len(wav) // 2] = np.nan
+    sf.write(str(tmp_path / "nan.wav"), wav, sr, subtype="FLOAT")
+    rows[2]["audio"] = str(tmp_path / "nan.wav")
+    manifest = tmp_path / "nan.jsonl"
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "run"
+    over = _overrides(tiny_model, tiny_corpus, out, "max_steps=6", "data.shuffle=false")
+    over = [o for o in over if not o.startswith("train_manifest=")] + [f"train_manifest={manifest}"]
+    assert main(["train", "sft", *over]) == 2
+    err = capsys.readouterr().err
+    assert f"{manifest}:3: audio file {tmp_path / 'nan.wav'} has 1 non-finite samples" in err
+    assert "Traceback" not in err and not (out / "final").exists()
+
+
+def test_sft_stops_before_the_update_on_a_non_finite_loss(tiny_model, tiny_corpus, tmp_path, capsys):
+    from asr_rl.cli import main
+
+    out = tmp_path / "run"
+    # a rate of 1e30 makes the weights enormous after one step: the next loss is not finite
+    assert main(["train", "sft", *_overrides(tiny_model, tiny_corpus, out, "max_steps=6",
+                                             "optim.learning_rate=1e30", "optim.lr_warmup_ratio=0")]) == 2
+    err = capsys.readouterr().err
+    assert "SFT loss is" in err and "stopping before the update, the last checkpoint is intact" in err
+    assert "train.jsonl:" in err and "Traceback" not in err
+    assert not (out / "final").exists()
+    saved = sorted((out / "checkpoints").glob("step_*"))
+    assert saved and all(torch.isfinite(p).all() for p in _params(saved[-1]).values())
+
+
+def test_a_context_list_longer_than_the_model_takes_is_refused_naming_its_line_before_loading(tiny_model,
+                                                                                               tiny_corpus, tmp_path,
+                                                                                               capsys):
+    import json
+
+    from asr_rl.cli import main
+
+    rows = _rows(tiny_corpus)
+    rows[4]["context"] = [rows[0]["text"].split()[0]] * 10_000
+    manifest = tmp_path / "long.jsonl"
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    common = [f"pretrain={tiny_model}", f"train_manifest={manifest}", "max_steps=1", "logging.progress_bar=false"]
+    for command in ("sft", "grpo"):
+        assert main(["train", command, *common, f"output_dir={tmp_path / command}"]) == 2
+        err = capsys.readouterr().err
+        assert f"train_manifest: {manifest}:5 (context): the context list of 10000 items is" in err
+        assert "exceed the model's" in err and "allocate" not in err

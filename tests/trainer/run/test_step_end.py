@@ -140,3 +140,31 @@ def test_a_resumed_run_s_clock_goes_on_from_its_checkpoint(tmp_path):
     assert events == [("save", 3), ("eval", 3)] and [s for s, _ in logger.rows] == [3]
     fresh_events, fresh = _run("max_steps=3", f"output_dir={tmp_path / 'new'}")
     assert fresh.rows[0][1]["time/elapsed_min"] < 0.05
+
+
+def test_a_time_cap_starts_the_decay_in_time_for_it_to_finish_on_a_slow_host(caplog):
+    """max_minutes would cut the planned 10-step decay (patience never runs out): the decay starts
+    when the time left is what 10 steps take at the pace measured, and ends before the cap."""
+    import logging
+    import time
+
+    from asr_rl.trainer.run.early_stopping import EarlyStopping
+
+    cfg = load_config(RunConfig, None, ["logging.progress_bar=false", "max_steps=1000", "max_minutes=0.025",
+                                        "save_steps=0", "eval_steps=0"])
+    early = EarlyStopping(patience=100, min_delta=0.0, metric="eval/cer", decay_steps=10, plateau_patience=0)
+    decays = []
+    end = StepEnd(cfg, _Logger(), 0, "test", early_stopping=early, decay_now=decays.append,
+                  decaying=lambda: bool(decays))
+    step, stopped = 0, False
+    with caplog.at_level(logging.INFO, logger="asr_rl.train"):
+        while not stopped:
+            start = time.perf_counter()
+            time.sleep(0.05)  # a slow host: 0.05 s a step, 1.5 s in all
+            step += 1
+            stopped = end(step, {"loss": 1.0}, start, lambda: None)
+    assert decays == [10]
+    began = early.decay_end - 10
+    assert 10 <= began <= 25 and step >= early.decay_end - 1  # the decay ran to its end (one step of timing slack)
+    assert any("the time cap changed the schedule" in r.getMessage() for r in caplog.records)
+    assert early.done(early.decay_end)
