@@ -126,6 +126,53 @@ def plot_cer_bars(evals: dict[str, dict], out: Path) -> Path | None:
     return path
 
 
+# an RL step's phases as the loop times them (`time/rollout` includes the reward's round trip)
+PHASES = ("rollout", "reward", "logprobs", "advantages", "train", "sync")
+
+
+def step_phases(rows: list[dict]) -> dict[str, float] | None:
+    """Median seconds a step spends in each phase over the steps after the first (whose encoder
+    cache and engines warm up): generation (rollout less the reward), the reward round trip, the
+    old/reference log-probs, the advantages, the update, the weight sync, and the rest of the step
+    (data, Ray and logging); None for a run that logs no RL phases."""
+    import statistics
+
+    timed = [r for r in rows if "time/rollout" in r and "time/step" in r][1:] or \
+        [r for r in rows if "time/rollout" in r and "time/step" in r]
+    if not timed:
+        return None
+    out = {name: statistics.median(r.get(f"time/{name}", 0.0) for r in timed) for name in PHASES}
+    out["rollout"] = max(0.0, out["rollout"] - out["reward"])
+    out["other"] = max(0.0, statistics.median(r["time/step"] for r in timed) - sum(out.values()))
+    return out
+
+
+def plot_step_time(runs: dict[str, list[dict]], out: Path) -> Path | None:
+    """Where an RL step's time goes, one stacked bar per run (`step_phases`)."""
+    phases = {name: p for name, rows in runs.items() if (p := step_phases(rows)) is not None}
+    if not phases:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.5 * len(phases)))
+    names = list(phases)
+    left = [0.0] * len(names)
+    for phase in (*PHASES, "other"):
+        widths = [phases[n][phase] for n in names]
+        ax.barh(names, widths, left=left, label=phase)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlabel("seconds per step (median)")
+    ax.legend(fontsize=7, ncol=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.tight_layout()
+    path = out / "step_time.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def comparison_rows(evals: dict[str, dict]) -> list[list[str]]:
     rows = []
     for name, report in evals.items():
@@ -141,6 +188,7 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
     runs, evals, compares = load_inputs(paths)
     run_dirs = {Path(p).name: Path(p) for p in paths if (Path(p) / "metrics.jsonl").is_file()}
     curves, bars = plot_training(runs, out, start_minutes(run_dirs, runs)), plot_cer_bars(evals, out)
+    step_time = plot_step_time(runs, out)
     head = ["test set", "checkpoint", "CER %", "WER %", "keyword recall %", "language acc %", "utts"]
     rows = comparison_rows(evals)
     md = ["# asr-rl report", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -151,16 +199,19 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
         md.append(f"\nRun `{name}`: {steps} steps; last: " + ", ".join(
             f"{k} {last[k]:.4g}" for k in ("reward/mean", "eval/cer", "kl/loss", "loss/total") if k in last)
             + plateau_note(rows_))
+        phases = step_phases(rows_)
+        if phases is not None:
+            md.append("Seconds per step (median): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     for name, section in compares.items():  # the paired bootstrap intervals (`eval --compare`)
         md += ["", f"## Comparison `{name}`", "", f"A = `{section['a']}`, B = `{section['b']}`; CER(B) - CER(A) "
                f"in points, 95% intervals over {section['resamples']} resamples; P(B<A) = share where B is lower", ""]
         md += md_table(SIGNIFICANCE_HEAD, significance_rows(section))
-    md += [f"\n![{p.stem}]({p.name})" for p in (curves, bars) if p is not None]
+    md += [f"\n![{p.stem}]({p.name})" for p in (curves, bars, step_time) if p is not None]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     tables = _html_table(head, rows) + "".join(f"<h2>Comparison {html.escape(name)}</h2>"
                                                + _html_table(SIGNIFICANCE_HEAD, significance_rows(section))
                                                for name, section in compares.items())
-    imgs = "".join(f'<p><img src="{p.name}"></p>' for p in (curves, bars) if p is not None)
+    imgs = "".join(f'<p><img src="{p.name}"></p>' for p in (curves, bars, step_time) if p is not None)
     atomic_write_text(out / "report.html", f"<html><body><h1>asr-rl report</h1>{tables}{imgs}</body></html>\n")
     return out / "report.md"
 

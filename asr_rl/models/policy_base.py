@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from asr_rl.models.codec import ResponseCodec
+from asr_rl.models.head import MASKED_LOGIT, head_logprobs
 
-_MASKED_LOGIT = -1e9  # finite, so that p * log p stays 0 (not NaN) for forbidden tokens
 
 
 @dataclass
@@ -154,17 +154,19 @@ class CausalPolicy(nn.Module):
     @torch.no_grad()
     def generate_from_embeds(self, prompt_embeds: torch.Tensor, attention_mask: torch.Tensor, n: int = 1, *,
                              do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                             max_new_tokens: int = 64, num_beams: int = 1, seeds: list[int] | None = None) -> Responses:
+                             max_new_tokens: int = 64, num_beams: int = 1, seeds: list[int] | None = None,
+                             sampler: type | None = None) -> Responses:
         """`generate` from left-padded prompt embeddings `(B, P, H)`; rows b*n..b*n+n-1 of the result
         are the n samples of prompt b. With `seeds` (one per output row) sampling is
-        placement-invariant (models/sampling.py)."""
+        placement-invariant (models/sampling.py), by `sampler` (default `SeededSampler`; the
+        reference `SeededGumbelSampler` draws other tokens from the same distribution)."""
         kwargs = dict(do_sample=do_sample, max_new_tokens=max_new_tokens, num_return_sequences=n,
                       eos_token_id=self.eos_id, pad_token_id=self.pad_id, suppress_tokens=self.forbidden_ids)
         if do_sample and seeds is not None:
-            from asr_rl.models.sampling import SeededGumbelSampler
+            from asr_rl.models.sampling import SeededSampler
 
-            sampler = SeededGumbelSampler(seeds, temperature=temperature, top_k=top_k, top_p=top_p)
-            ids, logp = self._sample_loop(prompt_embeds, attention_mask, sampler, max_new_tokens, n)
+            draw = (sampler or SeededSampler)(seeds, temperature=temperature, top_k=top_k, top_p=top_p)
+            ids, logp = self._sample_loop(prompt_embeds, attention_mask, draw, max_new_tokens, n)
             out = self.responses_from_generated(ids)
             out.logp = logp.masked_fill(out.mask == 0, 0.0)
             return out
@@ -287,23 +289,17 @@ class CausalPolicy(nn.Module):
         """Logits `(N, T, V)` that predict each response token, forbidden tokens masked; arguments
         as `response_hidden`. Only the response positions go through the LM head."""
         logits = self.model.lm_head(self.response_hidden(prompt_embeds, prompt_mask, responses, prompt_index)).float()
-        return logits.index_fill(-1, torch.as_tensor(self.forbidden_ids, device=logits.device), _MASKED_LOGIT)
+        return logits.index_fill(-1, torch.as_tensor(self.forbidden_ids, device=logits.device), MASKED_LOGIT)
 
     def logprobs(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
                  prompt_index: torch.Tensor | None = None, temperature: float = 1.0, with_entropy: bool = False):
         """Per-token log-probabilities `(N, T)` of the responses (0 at padding), and optionally the
         per-token entropy `(N, T)` of the same (temperature-scaled) distribution; arguments as
         `response_hidden`."""
-        logits = self.response_logits(prompt_embeds, prompt_mask, responses, prompt_index)
-        if temperature != 1.0:
-            logits = logits / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, responses.ids.unsqueeze(-1)).squeeze(-1)
-        logp = logp.masked_fill(responses.mask == 0, 0.0)
-        if not with_entropy:
-            return logp
-        entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(responses.mask == 0, 0.0)
-        return logp, entropy
+        hidden = self.response_hidden(prompt_embeds, prompt_mask, responses, prompt_index)
+        forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=hidden.device)
+        return head_logprobs(hidden, self.model.lm_head, responses.ids, responses.mask, forbidden, temperature,
+                             with_entropy)
 
     # ------------------------------------------------------------------ saving
     def save_pretrained(self, path: str | Path) -> None:

@@ -1,12 +1,17 @@
-"""Placement-invariant sampling: each sequence draws its randomness from its own seeded generator.
+"""Placement-invariant sampling: each sequence draws its randomness from its own seeded counter.
 
 With one global RNG, what a prompt samples depends on which other prompts share its batch and on
 which rank generates it, so a 2-rank run could never reproduce a 1-process run, nor a resumed run
-an uninterrupted one. Here sequence i adds Gumbel noise keyed by (seed_i, decoding step, token) to
-its temperature-scaled, top-k/top-p-filtered logits and takes the argmax: by the Gumbel-max trick
-that is an exact sample from the same distribution (Gumbel 1954; Maddison et al. 2014,
-arXiv:1411.0030), and it depends only on (seed_i, the logits). The noise comes from a counter-based
-hash, vectorised over the batch and the vocabulary.
+an uninterrupted one. Here sequence i draws one uniform u keyed by (seed_i, decoding step) from a
+counter-based hash and takes the token where u falls in the cumulative distribution of its
+temperature-scaled, top-k/top-p-filtered probabilities (inverse-CDF sampling: exact for any
+distribution, Devroye 1986, ch. II.2), so the draw depends only on (seed_i, the logits) and costs
+one hash per sequence and step, not one per vocabulary entry.
+
+`SeededGumbelSampler` is the earlier form, kept as the reference the tests compare with: Gumbel
+noise keyed by (seed_i, step, token) on every vocabulary entry, then the argmax (the Gumbel-max
+trick, Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030): the same distribution, other draws, and
+a hash for each of the vocabulary's entries at every step (at 152k entries it dominated rollouts).
 """
 from __future__ import annotations
 
@@ -64,7 +69,44 @@ def counter_uniform(seeds: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
     `seeds.device`: integer arithmetic, so a GPU draws the same numbers as the CPU."""
     row = splitmix64(seeds * 0x2545F4914F6CDD1D + step)
     z = splitmix64(row[:, None] + torch.arange(vocab, dtype=torch.int64, device=seeds.device)[None, :])
+    return _unit(z)
+
+
+def step_uniform(seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """`(B,)` uniforms in (0, 1), one per sequence: a pure function of (seed_b, step), keyed apart
+    from `counter_uniform`'s per-token stream."""
+    return _unit(splitmix64(splitmix64(seeds * 0x2545F4914F6CDD1D + step) ^ 0x5DEECE66D))
+
+
+def _unit(z: torch.Tensor) -> torch.Tensor:
+    """The top 53 bits of int64 hashes as float64 in (0, 1)."""
     return (_shr(z, 11).double() + 0.5) / float(1 << 53)
+
+
+class SeededSampler:
+    """One decoding step per `draw`: each row's token by inverse CDF at its own `step_uniform`."""
+
+    def __init__(self, seeds: list[int], temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
+        self.seeds = torch.as_tensor([int(s) for s in seeds], dtype=torch.int64)
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.step = 0
+
+    def draw(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(B, V)` logits -> `(B,)` sampled tokens and their `(B,)` log-probs under the filtered
+        distribution they were drawn from (vLLM's `processed_logprobs`)."""
+        if scores.shape[0] != len(self.seeds):
+            raise ValueError(f"{scores.shape[0]} sequences but {len(self.seeds)} seeds")
+        self.seeds = self.seeds.to(scores.device)
+        logp = torch.log_softmax(filter_logits(scores.float(), self.temperature, self.top_k, self.top_p), dim=-1)
+        # the CDF in float64: a float32 running sum over 152k entries drifts by more than the
+        # smallest probabilities it must resolve
+        cdf = logp.double().exp().cumsum(-1)
+        u = step_uniform(self.seeds, self.step) * cdf[:, -1]
+        self.step += 1
+        tokens = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1).clamp(max=scores.shape[-1] - 1)
+        # u sits in a zero-probability gap only through rounding: take the nearest token with mass
+        tokens = torch.where(torch.isfinite(logp.gather(-1, tokens[:, None]).squeeze(-1)), tokens, logp.argmax(-1))
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 class SeededGumbelSampler(LogitsProcessor):

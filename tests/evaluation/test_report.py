@@ -65,3 +65,20 @@ def test_an_rl_run_from_the_sfts_best_is_drawn_from_that_minute_and_the_plateau_
     md = (tmp_path / "r" / "report.md").read_text()
     assert ("best dev CER 20.00% at step 20, then 2 evaluations (20 steps, 3.0 minutes) without an improvement"
             in md)
+
+
+def test_an_rl_runs_step_time_is_split_by_phase_and_drawn(tmp_path):
+    from asr_rl.evaluation.report import step_phases
+
+    # the first step (warm-up) is left out; medians of steps 2-4 by hand: rollout 3.0 - reward 1.0,
+    # reward 1.0, logprobs 0.5, advantages 0.01, train 2.0, sync 0.1, other 7.0 - 5.61 = 1.39
+    rows = [{"step": 1, "time/step": 60.0, "time/rollout": 50.0, "time/reward": 1.0}]
+    rows += [{"step": s, "time/step": 7.0, "time/rollout": 3.0, "time/reward": 1.0, "time/logprobs": 0.5,
+              "time/advantages": 0.01, "time/train": 2.0, "time/sync": 0.1} for s in (2, 3, 4)]
+    phases = step_phases(rows)
+    assert phases == pytest.approx({"rollout": 2.0, "reward": 1.0, "logprobs": 0.5, "advantages": 0.01,
+                                    "train": 2.0, "sync": 0.1, "other": 1.39})
+    assert step_phases([{"step": 1, "loss/total": 1.0}]) is None  # SFT: no phases
+    write_report([_run(tmp_path / "grpo", rows)], tmp_path / "r")
+    assert "Seconds per step (median): rollout 2.00, reward 1.00" in (tmp_path / "r" / "report.md").read_text()
+    assert (tmp_path / "r" / "step_time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
