@@ -27,6 +27,14 @@ def ensure_corpus(corpus: Path, n_train: int, n_test: int, seed: int = 1) -> Non
         run("data", "synth", "--out", str(corpus), "--train", str(n_train), "--test", str(n_test), "--seed", str(seed))
 
 
+def ensure_model(model: Path, arch: str, size: str, corpus: Path) -> Path:
+    """`asr-rl model init --arch ARCH --size SIZE` into `model` from the corpus's texts (unless there)."""
+    if not (model / "config.json").is_file():
+        run("model", "init", "--arch", arch, "--size", size, "--tokenizer-from", str(corpus / "train.jsonl"),
+            "--out", str(model), threads=1)
+    return model
+
+
 def evaluate(model: Path, corpus: Path, out: Path, sets=("test_clean", "test_noisy")) -> dict[str, dict]:
     """CER etc. per test set from `asr-rl eval` (report.json)."""
     if not (out / "report.json").is_file():

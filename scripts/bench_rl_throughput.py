@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ensure_corpus, run  # noqa: E402
+from bench_common import ensure_corpus, ensure_model  # noqa: E402
 
 CASES = {"qwen3_tiny_real": ("qwen3_asr", "tiny-real"), "voxtral_tiny": ("voxtral", "tiny"),
          "demo": ("qwen2_audio", "small")}
@@ -114,10 +114,7 @@ def main() -> None:
           f"{'plain score s':>14} {'head score s':>13} {'x':>6} {'plain no-grad':>14} {'head no-grad':>13} {'x':>6}")
     for case in args.only.split(","):
         arch, size = CASES[case]
-        model = out / "models" / case
-        if not (model / "config.json").is_file():
-            run("model", "init", "--arch", arch, "--size", size, "--tokenizer-from", str(corpus / "train.jsonl"),
-                "--out", str(model), threads=1)
+        model = ensure_model(out / "models" / case, arch, size, corpus)
         m = measure(model, corpus)
         print(f"{case:<16} {m['vocab']:>7} {m['gumbel tok/s']:13.1f} {m['inverse-cdf tok/s']:14.1f} "
               f"{m['inverse-cdf tok/s'] / m['gumbel tok/s']:5.2f}x {m['plain scoring s']:14.3f} "

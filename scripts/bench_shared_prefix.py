@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ensure_corpus, run  # noqa: E402
+from bench_common import ensure_corpus, ensure_model, run  # noqa: E402
 
 CASES = {"demo": ("qwen2_audio", "small"), "voxtral_tiny": ("voxtral", "tiny"), "qwen3_tiny_real": ("qwen3_asr", "tiny-real")}
 PHASES = (("rollout", "time/rollout"), ("log-probs", "time/logprobs"), ("update", "time/train"), ("step", None))
@@ -119,10 +119,7 @@ def main() -> None:
     table = []
     for case in args.only.split(","):
         arch, size = CASES[case]
-        model = out / "models" / case
-        if not (model / "config.json").is_file():
-            run("model", "init", "--arch", arch, "--size", size, "--tokenizer-from", str(corpus / "train.jsonl"),
-                "--out", str(model), threads=1)
+        model = ensure_model(out / "models" / case, arch, size, corpus)
         res = {shared: phase_seconds(grpo(model, corpus, out / "runs" / f"{case}_{'shared' if shared else 'repeated'}",
                                           shared, args.steps, args.new_tokens))
                for shared in (True, False)}
