@@ -12,26 +12,29 @@ from collections import deque
 
 import torch
 
-from asr_rl.models.sampling import sequence_seed
-from asr_rl.rewards.base import check_output
 from asr_rl.algos.advantages import AdvantageInputs, compute_advantages
-from asr_rl.trainer.run.checkpoint import load_state, rng_state, save_checkpoint, save_final, set_rng_state
-from asr_rl.trainer.configs.rl import RLConfig
+from asr_rl.algos.groups import ended_with_eos
 from asr_rl.algos.kl import AdaptiveKLController, FixedKLController, reward_kl_penalty
 from asr_rl.algos.masked import masked_mean
 from asr_rl.algos.off_policy import on_policy_mask
-from asr_rl.trainer.run.metrics import timer
-from asr_rl.trainer.run.step_end import StepEnd
-from asr_rl.trainer.driver.roles import Backend
-from asr_rl.algos.groups import ended_with_eos
 from asr_rl.algos.reward_shaping import REWARD_AGGREGATIONS, LengthPenalties, in_band, shape_rewards
+from asr_rl.models.sampling import sequence_seed
+from asr_rl.rewards.base import check_output
+from asr_rl.trainer.configs.rl import RLConfig
+from asr_rl.trainer.driver.roles import Backend
 from asr_rl.trainer.rollout.experience import (Experience, Group, add_references, attach_rewards, build_experience,
                                                make_samples, merge_reward_outputs)
+from asr_rl.trainer.run.checkpoint import load_state, rng_state, save_checkpoint, save_final, set_rng_state
+from asr_rl.trainer.run.metrics import timer
+from asr_rl.trainer.run.step_end import StepEnd
 
 log = logging.getLogger("asr_rl.train")
 
 
 class RLTrainer:
+    """The driver: one `step` after another over a `Backend` (its roles), a reward (the scoring
+    role) and a data loader; checkpoints and resume state through the backend's checkpoint role."""
+
     def __init__(self, cfg: RLConfig, backend: Backend, reward_fn, loader, logger, output_dir, eval_fn=None):
         self.cfg, self.backend, self.reward_fn, self.loader = cfg, backend, reward_fn, loader
         self.logger, self.output_dir, self.eval_fn = logger, output_dir, eval_fn
