@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from asr_rl.utils import setup_logging
+from asr_rl.utils import Deferred, setup_logging
 
 log = logging.getLogger("asr_rl.cli")
 
@@ -136,46 +136,6 @@ def _preference_commands() -> dict[str, list[str]]:
     from asr_rl.algos.preference_losses import PREFERENCE_LOSSES
 
     return {"dpo": [], **{name: [f"loss_type={name}"] for name in PREFERENCE_LOSSES.where(paired=False)}}
-
-
-class _Deferred:
-    """A help text or choice list made when argparse first reads it: making it imports the
-    registries (and torch), which `asr-rl --help` and `data check` need not wait for."""
-
-    def __init__(self, make):
-        self.make, self._value = make, None
-
-    def value(self):
-        if self._value is None:
-            self._value = self.make()
-        return self._value
-
-    def __mod__(self, params):  # argparse expands help texts with %
-        return self.value() % params
-
-    def strip(self) -> str:
-        return self.value().strip()
-
-    def __iter__(self):
-        return iter(self.value())
-
-    def __contains__(self, item) -> bool:
-        return item in self.value()
-
-
-def _arch_help() -> str:
-    from asr_rl.models.builders import TEXT_ARCHS
-    from asr_rl.models.families import FAMILIES
-
-    return f"{' | '.join(FAMILIES)} (audio-LLMs), {' | '.join(TEXT_ARCHS)} (text)"
-
-
-def _encoder_help() -> str:
-    from asr_rl.models.families import FAMILIES
-
-    defaults = ", ".join(f"{n}: {FAMILIES.get(n).default_encoder or 'none'}" for n in FAMILIES)
-    return ("pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or none (random "
-            f"init); default: the family's ({defaults})")
 
 
 def _train_commands() -> list[str]:
@@ -335,12 +295,18 @@ def _at_least(low: int, why: str):
     return parse
 
 
+def _builders():
+    from asr_rl.models import builders  # imports the families (torch): only when a help text is read
+
+    return builders
+
+
 def _add_model_commands(sub) -> None:
     model = sub.add_parser("model", help="model folders").add_subparsers(dest="model_cmd", required=True)
     init = model.add_parser("init", help="a new audio-LLM (pretrained or random encoder) with an offline tokenizer")
     # the families are the registry's (models/families/); unknown names fail there, naming the valid ones
-    init.add_argument("--arch", default="qwen2_audio", help=_Deferred(_arch_help))
-    init.add_argument("--encoder", default="default", help=_Deferred(_encoder_help))
+    init.add_argument("--arch", default="qwen2_audio", help=Deferred(lambda: _builders().arch_help()))
+    init.add_argument("--encoder", default="default", help=Deferred(lambda: _builders().encoder_help()))
     init.add_argument("--size", default="tiny", help="tiny | small; tiny-real (qwen3_asr, qwen2_audio, qwen2_5_omni: "
                                                      "tiny on the released BPE and ids); qwen3_asr also 0.6b | 1.7b "
                                                      "(the real dimensions and vocabulary, random weights)")
@@ -362,8 +328,8 @@ def _add_run_commands(sub) -> None:
     """train, eval and report."""
     train = sub.add_parser("train", help="sft | grpo | ppo | dpo | kto | rm; then --config FILE and key=value "
                                          "overrides")
-    train.add_argument("algo", metavar="ALGO", choices=_Deferred(_train_commands),
-                       help=_Deferred(lambda: " | ".join(_train_commands())))
+    train.add_argument("algo", metavar="ALGO", choices=Deferred(_train_commands),
+                       help=Deferred(lambda: " | ".join(_train_commands())))
     train.add_argument("--config", default=None, help="YAML config; key=value overrides follow")
     train.set_defaults(func=_train, accepts_overrides=True)
 

@@ -90,3 +90,29 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Non
         shutil.rmtree(trash)
     else:
         os.replace(tmp_dir, final_dir)
+
+
+class Deferred:
+    """A value made when first read, for argparse: a help text (`%`, `strip`) or a choice list
+    (`in`, iteration). The cli's registry-built texts import torch, which `asr-rl --help` and
+    `data check` need not wait for."""
+
+    def __init__(self, make):
+        self.make, self._value = make, None
+
+    def value(self):
+        if self._value is None:
+            self._value = self.make()
+        return self._value
+
+    def __mod__(self, params):  # argparse expands help texts with %
+        return self.value() % params
+
+    def strip(self) -> str:
+        return self.value().strip()
+
+    def __iter__(self):
+        return iter(self.value())
+
+    def __contains__(self, item) -> bool:
+        return item in self.value()

@@ -130,3 +130,15 @@ def is_released_checkpoint(pretrain: str | None) -> bool:
     """A model folder that `asr-rl model init` did not build (it writes asr_rl.json, and training
     carries that file into its checkpoints)."""
     return bool(pretrain) and (Path(pretrain) / "config.json").is_file() and not (Path(pretrain) / INFO_FILE).is_file()
+
+
+def arch_help() -> str:
+    """`model init --arch`'s help: the registered families, then the text LMs."""
+    return f"{' | '.join(FAMILIES)} (audio-LLMs), {' | '.join(TEXT_ARCHS)} (text)"
+
+
+def encoder_help() -> str:
+    """`model init --encoder`'s help, with each family's default encoder."""
+    defaults = ", ".join(f"{n}: {FAMILIES.get(n).default_encoder or 'none'}" for n in FAMILIES)
+    return ("pretrained audio encoder: whisper-tiny.en (packaged), a Hugging Face Whisper folder, or none (random "
+            f"init); default: the family's ({defaults})")

@@ -5,6 +5,7 @@ local one, and a node that dies mid-run stops the run with an error naming the r
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -73,7 +74,9 @@ def test_a_node_that_dies_mid_run_is_named_and_resume_auto_finishes_the_run(two_
     cluster.remove_node(second)  # its raylet and the rank on it die mid-run
     log, _ = proc.communicate(timeout=300)
     assert proc.returncode == 2, log[-3000:]
-    assert "trainer rank 1 died" in log and "resume with resume=auto" in log and "Traceback" not in log
+    # the rank on the removed node: either, as the placement put bundle 0 on either node
+    assert re.search(r"trainer rank [01] died during", log) and "resume with resume=auto" in log, log[-3000:]
+    assert "Traceback" not in log
     assert not (out / "final").exists()
     cluster.add_node(**NODE)  # a replacement
     cluster.wait_for_nodes()
