@@ -29,7 +29,8 @@ def _data_check(args: argparse.Namespace) -> int:
     if preference_kind(args.manifest) == "text_pairs":
         return _check_text_pairs(args.manifest)
     scan = scan_manifest(args.manifest, check_audio=not args.no_audio, min_duration=args.min_duration,
-                         max_duration=args.max_duration)
+                         max_duration=args.max_duration, text_needed_by=None if args.unlabelled else
+                         "training and evaluation (`--unlabelled` accepts lines without one, for RL)")
     kind = preference_kind(scan.path)
     langs = ", ".join(f"{k} {v}" for k, v in sorted(scan.languages.items())) or "none"
     print(f"manifest:   {scan.path}")
@@ -39,6 +40,8 @@ def _data_check(args: argparse.Namespace) -> int:
     print(f"hours:      {scan.hours:.3f}")
     print(f"languages:  {langs}")
     print(f"speakers:   {len(scan.speakers)}")
+    if args.unlabelled:
+        print(f"unlabelled: {len(scan.unlabelled)}")
     for note in scan.notes[: args.max_notes]:
         print(f"note: {scan.path}:{note.line}: {note.message}")
     if len(scan.notes) > args.max_notes:
@@ -243,6 +246,8 @@ def _add_data_commands(sub) -> None:
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
     check.add_argument("--manifest", required=True)
     check.add_argument("--no-audio", action="store_true", help="skip opening the audio files")
+    check.add_argument("--unlabelled", action="store_true",
+                       help="accept lines without `text` (unlabelled audio, which RL takes) and count them")
     check.add_argument("--deep", action="store_true",
                        help="decode every audio file (slower): NaN or infinite samples, data cut short")
     check.add_argument("--min-duration", type=float, default=0.0)

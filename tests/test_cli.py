@@ -24,16 +24,27 @@ def test_data_check_lists_every_bad_line_and_fails(tmp_path, capsys):
         {"id": "1", "audio": "ok.wav", "text": "good", "language": "en"},
         "{oops",
         {"id": "3", "audio": "missing.wav", "text": "x", "language": "en"},
-        {"id": "4", "audio": "ok.wav", "text": "", "language": "en"},
+        {"id": "4", "audio": "ok.wav", "language": "en"},
         {"id": "5", "audio": "ok.wav", "text": "x", "language": "klingon"},
     ])
     assert main(["data", "check", "--manifest", str(m)]) == 1
     out = capsys.readouterr().out
     assert "utterances: 1" in out and "bad lines:  4" in out
-    for line, text in [(2, "malformed JSON"), (3, "missing.wav does not exist"), (4, "empty reference"),
+    for line, text in [(2, "malformed JSON"), (3, "missing.wav does not exist"), (4, "missing `text`"),
                        (5, "unknown language 'klingon'")]:
         (hit,) = [row for row in out.splitlines() if row.strip().startswith(f"{m}:{line}: ")]
         assert text in hit
+
+
+def test_data_check_unlabelled_accepts_lines_without_text_and_counts_them(tmp_path, capsys):
+    write_tone(tmp_path / "ok.wav")
+    m = write_manifest(tmp_path / "m.jsonl", [{"id": "1", "audio": "ok.wav", "text": "good", "language": "en"},
+                                              {"id": "2", "audio": "ok.wav", "language": "en"}])
+    assert main(["data", "check", "--manifest", str(m)]) == 1
+    assert "--unlabelled` accepts lines without one" in capsys.readouterr().out
+    assert main(["data", "check", "--manifest", str(m), "--unlabelled"]) == 0
+    out = capsys.readouterr().out
+    assert "utterances: 2" in out and "unlabelled: 1" in out and "bad lines:  0" in out
 
 
 def test_missing_manifest_is_a_clear_error_not_a_traceback(tmp_path, capsys):

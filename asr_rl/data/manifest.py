@@ -1,6 +1,7 @@
 """Manifests: one utterance per JSONL line (README.md, "Bring your own data").
 
-    {"id", "audio": path relative to the manifest or absolute, "text": reference,
+    {"id", "audio": path relative to the manifest or absolute, "text": reference (optional for RL;
+     "" = nobody speaks: a non-speech line),
      "language": "en"|"zh"|..., "keywords": [...] (optional), "duration": seconds (optional),
      "speaker": voice or speaker id (optional), "context": [words or phrases] (optional: the
      hotword list the model is given with this utterance), ...any other fields are kept as metadata}
@@ -8,6 +9,11 @@
 `scan_manifest` checks every line and collects all problems (never stopping at the first), so that
 `asr-rl data check` can list every bad line at once; `read_manifest` is the strict form the trainers
 use: any problem is an error naming the file and line.
+
+A line without `text` (absent or null) is unlabelled: RL takes it (its reward must not need a
+transcript, rewards/pipeline.py `check_reward_coverage`), SFT and eval refuse it naming the file
+and line. `"text": ""` is a labelled line on which nobody speaks (a non-speech line: noise, music,
+silence), scored by how much the model writes there.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ class Utterance:
 
     id: str
     audio: str
-    text: str
+    text: str | None  # None: unlabelled (RL only); "": nobody speaks
     language: str
     keywords: tuple[str, ...] = ()
     duration: float | None = None
@@ -66,6 +72,10 @@ class ManifestScan:
     def speakers(self) -> set[str]:
         return {u.speaker for u in self.utterances if u.speaker}
 
+    @property
+    def unlabelled(self) -> list[Utterance]:
+        return [u for u in self.utterances if u.text is None]
+
 
 class ManifestError(ValueError):
     """A manifest with bad lines; the message lists each as `path:line: problem`."""
@@ -81,11 +91,14 @@ class ManifestError(ValueError):
 
 
 def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
-                  max_duration: float | None = None) -> ManifestScan:
+                  max_duration: float | None = None, text_needed_by: str | None = "training and evaluation"
+                  ) -> ManifestScan:
     """Parse and validate every line of `path`.
 
     With `check_audio`, each audio header is read (existence, readability, length); durations come
-    from the file, otherwise from the line's `duration` field when present.
+    from the file, otherwise from the line's `duration` field when present. `text_needed_by` names
+    what needs transcripts (a line without `text` is then a problem naming it); None accepts
+    unlabelled lines (RL).
     """
     path = Path(path)
     if not path.is_file():
@@ -97,7 +110,7 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
             if not raw.strip():
                 continue
             try:
-                utt, notes = _parse_line(raw, path, lineno, check_audio, min_duration, max_duration)
+                utt, notes = _parse_line(raw, path, lineno, check_audio, min_duration, max_duration, text_needed_by)
             except _LineError as e:
                 scan.problems.append(Problem(lineno, str(e)))
                 continue
@@ -111,9 +124,12 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
 
 
 def read_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
-                  max_duration: float | None = None) -> list[Utterance]:
-    """Strict reading: every line must be usable and there must be at least one."""
-    scan = scan_manifest(path, check_audio=check_audio, min_duration=min_duration, max_duration=max_duration)
+                  max_duration: float | None = None, text_needed_by: str | None = "training and evaluation"
+                  ) -> list[Utterance]:
+    """Strict reading: every line must be usable and there must be at least one (`text_needed_by`
+    as `scan_manifest`)."""
+    scan = scan_manifest(path, check_audio=check_audio, min_duration=min_duration, max_duration=max_duration,
+                         text_needed_by=text_needed_by)
     if scan.problems:
         raise ManifestError(path, scan.problems)
     if not scan.utterances:
@@ -138,19 +154,16 @@ class _LineError(ValueError):
 
 
 def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_duration: float,
-                max_duration: float | None) -> tuple[Utterance, list[str]]:
+                max_duration: float | None, text_needed_by: str | None) -> tuple[Utterance, list[str]]:
     try:
         row = json.loads(raw)
     except json.JSONDecodeError as e:
         raise _LineError(f"malformed JSON ({e.msg} at column {e.colno})") from None
     if not isinstance(row, dict):
         raise _LineError(f"expected a JSON object, got {type(row).__name__}")
-    for key in ("audio", "text"):
-        if key not in row:
-            raise _LineError(f"missing `{key}`")
-    text, audio, language = row["text"], row["audio"], row.get("language")
-    if not isinstance(text, str) or not text.strip():
-        raise _LineError("empty reference `text`")
+    if "audio" not in row:
+        raise _LineError("missing `audio`")
+    text, audio, language = _check_text(row.get("text"), text_needed_by), row["audio"], row.get("language")
     if not isinstance(audio, str) or not audio.strip():
         raise _LineError("`audio` must be a non-empty path string")
     if language is None:
@@ -163,6 +176,8 @@ def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_durati
     context = check_context(row.get("context", []))
     audio_path = Path(audio) if os.path.isabs(audio) else (path.parent / audio)
     duration, notes = _check_duration(row, audio_path, check_audio, min_duration, max_duration)
+    if text == "":
+        notes.append("empty `text`: a non-speech line (nobody speaks; eval counts words written there)")
     utt_id = str(row.get("id") or Path(audio).stem)
     meta = {k: v for k, v in row.items() if k not in _KNOWN_FIELDS}
     speaker = row.get("speaker")
@@ -170,6 +185,18 @@ def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_durati
                      keywords=tuple(keywords), duration=duration,
                      speaker=str(speaker) if speaker is not None else None, context=context, meta=meta,
                      source=f"{path}:{lineno}"), notes
+
+
+def _check_text(text, needed_by: str | None) -> str | None:
+    """A line's transcript: None when absent (unlabelled), "" when nobody speaks."""
+    if text is None:
+        if needed_by:
+            raise _LineError(f"missing `text` (the transcript): {needed_by} needs one; lines without one are "
+                             "unlabelled audio, which only RL takes")
+        return None
+    if not isinstance(text, str):
+        raise _LineError(f"`text` must be a string (the transcript), got {type(text).__name__} {text!r}")
+    return text.strip() and text
 
 
 def check_context(context) -> tuple[str, ...]:

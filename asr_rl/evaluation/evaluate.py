@@ -82,7 +82,12 @@ def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_be
                       progress: bool = False,
                       context: tuple[str, ...] = ()) -> tuple[SetMetrics, list[UtteranceResult]]:
     """Decode and score one test set; `context` is the list for lines that carry none of their own."""
-    scan = scan_manifest(manifest, check_audio=False)
+    scan = scan_manifest(manifest, check_audio=False, text_needed_by=None)
+    if scan.unlabelled:  # a refusal, not a failed line: the set cannot be scored as the user meant
+        u = scan.unlabelled[0]
+        raise ValueError(f"test set {manifest}: {u.source} has no `text`: eval needs the transcripts "
+                         f"({len(scan.unlabelled)} of {len(scan.utterances)} lines lack one); unlabelled audio is "
+                         "for RL, or label it first (`asr-rl data pseudo-label`)")
     for p in scan.problems:
         log.warning("%s:%d: %s (skipped, counted as failed)", manifest, p.line, p.message)
     utts = scan.utterances[:max_utterances] if max_utterances else scan.utterances

@@ -155,7 +155,7 @@ def unwritable_chars(tokenizer, texts: Iterable[tuple[str, str]]) -> list[tuple[
 
 def written_texts(utterances) -> list[tuple[str, str]]:
     """`(where, text)` of each utterance's transcript and, as `<where> (context)`, its context list."""
-    texts = [(u.source or u.id, u.text) for u in utterances]
+    texts = [(u.source or u.id, u.text) for u in utterances if u.text]
     return texts + [(f"{u.source or u.id} (context)", " ".join(u.context)) for u in utterances if u.context]
 
 

@@ -19,7 +19,8 @@ class Sample:
     Attributes:
         hypothesis: the transcript (the response after the `<asr_text>` marker, or the whole
             response for text tasks).
-        reference: the reference transcript (or the prompt set's `label`).
+        reference: the reference transcript (or the prompt set's `label`); None on an unlabelled
+            line (terms that need a reference skip it), "" where nobody speaks.
         language: the reference language code (`en`, `zh`, ...), or None.
         keywords: keywords/hotwords of the reference.
         prompt: the prompt text (text path) or the utterance id (audio path).
@@ -33,7 +34,7 @@ class Sample:
     """
 
     hypothesis: str
-    reference: str
+    reference: str | None
     language: str | None = None
     keywords: tuple[str, ...] = ()
     prompt: str = ""

@@ -6,11 +6,13 @@ import queue
 import threading
 
 from asr_rl.rewards.base import RewardError, RewardOutput, Sample, check_output
-from asr_rl.rewards.terms import get_term
+from asr_rl.rewards.terms import TERMS, get_term
 
 
 class WeightedReward:
-    """reward_i = sum_k w_k * term_k(sample_i); every term is logged."""
+    """reward_i = sum_k w_k * term_k(sample_i) over the terms that apply to sample i (a term that
+    needs the reference does not apply to an unlabelled sample, whose value is then None in the
+    logged terms); every term is logged."""
 
     name = "builtin"
 
@@ -18,6 +20,7 @@ class WeightedReward:
         if not weights:
             raise ValueError("reward.terms is empty: give at least one term, e.g. {cer: 1.0}")
         self.terms = {name: get_term(name) for name in weights}
+        self.needs_reference = {name for name in weights if TERMS.spec(name).needs_reference}
         self.weights = dict(weights)
         self.options = options or {}
         unknown = set(self.options) - set(self.terms)
@@ -25,13 +28,25 @@ class WeightedReward:
             raise ValueError(f"reward.term_options names terms that are not in reward.terms: {sorted(unknown)}")
 
     def __call__(self, samples: list[Sample]) -> RewardOutput:
-        values: dict[str, list[float]] = {}
+        values: dict[str, list[float | None]] = {}
+        labelled = [i for i, s in enumerate(samples) if s.reference is not None]
         for name, fn in self.terms.items():
+            rows = labelled if name in self.needs_reference else range(len(samples))
             try:
-                values[name] = fn(samples, **self.options.get(name, {}))
+                scored = fn([samples[i] for i in rows], **self.options.get(name, {})) if rows else []
             except Exception as e:  # name the term, not just the traceback
                 raise RewardError(f"reward term {name!r} raised {type(e).__name__}: {e}") from e
-        total = [sum(self.weights[k] * values[k][i] for k in values) for i in range(len(samples))]
+            values[name] = [None] * len(samples)
+            for i, v in zip(rows, scored, strict=True):
+                values[name][i] = v
+        total = []
+        for i, s in enumerate(samples):
+            applied = [self.weights[k] * v[i] for k, v in values.items() if v[i] is not None]
+            if not applied:
+                raise RewardError(f"sample {i} ({s.prompt!r}) has no reference and every reward term "
+                                  f"({', '.join(self.terms)}) needs one; add a term that needs none "
+                                  f"({', '.join(TERMS.where(needs_reference=False))})")
+            total.append(sum(applied))
         return check_output(self.name, RewardOutput(rewards=total, terms=values), len(samples))
 
 

@@ -33,6 +33,29 @@ def make_reward(cfg: RewardConfig, reward_pretrain: str | None = None, device: s
     return TimedReward(WeightedReward(cfg.terms, cfg.term_options), cfg.timeout)
 
 
+def check_reward_coverage(cfg: RewardConfig, utterances: list, what: str = "train_manifest") -> None:
+    """The rule for unlabelled lines (`text` absent: `Utterance.text is None`), checked before any
+    model loads: each line gets the built-in terms it can be scored by. Refused, naming the term and
+    the first such line: a pool with unlabelled lines whose terms all need the reference (those
+    lines would get no reward), and a term that needs the reference when no line has one (it would
+    never apply). A reward file or server gets None as those lines' reference and decides itself."""
+    from asr_rl.rewards.terms import TERMS
+
+    unlabelled = [u for u in utterances if u.text is None]
+    if not unlabelled or cfg.file or cfg.remote_url or not cfg.terms:
+        return
+    needy = [t for t in cfg.terms if TERMS.spec(t).needs_reference]
+    free = TERMS.where(needs_reference=False)
+    first = unlabelled[0].source or unlabelled[0].id
+    if len(needy) == len(cfg.terms):
+        raise ValueError(f"{what}: reward term {needy[0]!r} needs the transcript and {first} has none "
+                         f"({len(unlabelled)} of {len(utterances)} lines are unlabelled); add a term that needs "
+                         f"none ({', '.join(free)}), a reward file (reward.file) or a reward server, or transcripts")
+    if needy and len(unlabelled) == len(utterances):
+        raise ValueError(f"{what}: reward term {needy[0]!r} needs the transcript and no line has one (first: {first}): "
+                         f"it would never apply; drop it or use the terms that need none ({', '.join(free)})")
+
+
 def _term_weight(spec: str, item: str) -> tuple[str, float]:
     name, _, weight = item.partition("=")
     try:
@@ -51,4 +74,4 @@ def load_reward_spec(spec: str):
     return load_reward_file(spec)
 
 
-__all__ = ["make_reward", "load_reward_spec"]
+__all__ = ["make_reward", "load_reward_spec", "check_reward_coverage"]

@@ -79,7 +79,7 @@ def _is_str_list(v) -> bool:
 # field -> (check, what the field must be); `None` is allowed where the Sample default is None.
 _SAMPLE_CHECKS = {
     "hypothesis": (lambda v: isinstance(v, str), "a string"),
-    "reference": (lambda v: isinstance(v, str), "a string"),
+    "reference": (lambda v: v is None or isinstance(v, str), "a string, or null on an unlabelled line"),
     "language": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "keywords": (lambda v: v is None or _is_str_list(v), "a list of strings"),
     "prompt": (lambda v: isinstance(v, str), "a string"),
@@ -125,7 +125,7 @@ def _specs_by_format() -> list:
     return sorted(specs, key=lambda spec: type(spec).parse_output is AudioLLMSpec.parse_output)
 
 
-def sample_from_query(query: str, prompt: str, label: str, language=None, keywords=None, context=None) -> Sample:
+def sample_from_query(query: str, prompt: str, label: str | None, language=None, keywords=None, context=None) -> Sample:
     """One OpenRLHF triple -> a Sample.
 
     hypothesis: the response (the query minus the prompt when it starts with it, or minus everything
@@ -172,13 +172,14 @@ def parse_request(body) -> list[Sample]:
     if "samples" in lists:
         return [sample_from_dict(d, i) for i, d in enumerate(lists["samples"])]
     _check_items("query", lists["query"], False, _is_str, "a string")
-    # OpenRLHF sends labels/prompts as None when the prompt set has none: treat as empty text.
+    # OpenRLHF sends labels/prompts as None when the prompt set has none: an empty prompt, and a
+    # missing label is an unlabelled sample (reference None: the terms that need one skip it).
     for k in ("prompts", "labels", "language"):
         _check_items(k, lists.get(k, []), True, _is_str, "a string or null")
     for k in ("keywords", "context"):
         _check_items(k, lists.get(k, []), True, _is_str_list, "a list of strings or null")
     cols = {k: lists.get(k, [None] * n) for k in ("prompts", "labels", "language", "keywords", "context")}
-    return [sample_from_query(q, cols["prompts"][i] or "", cols["labels"][i] or "", cols["language"][i],
+    return [sample_from_query(q, cols["prompts"][i] or "", cols["labels"][i], cols["language"][i],
                               cols["keywords"][i], cols["context"][i]) for i, q in enumerate(lists["query"])]
 
 

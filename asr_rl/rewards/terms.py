@@ -3,6 +3,11 @@
 Each term is registered by name; a config combines them with weights (`reward.terms: {cer: 1.0,
 keyword: 0.3}`) and passes per-term options (`reward.term_options: {cer: {floor: -1.0}}`).
 All text is compared in the normalised form `asr-rl eval` scores (rewards/normalize.py).
+
+Each entry declares whether it needs the reference transcript (`needs_reference`, True unless
+registered otherwise). On a line without one (unlabelled audio, `Sample.reference is None`) only the
+terms that need none score it, and its reward is their weighted sum (combine.py): every sample of a
+group is one utterance, so the group's members are always compared under the same terms.
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
 from asr_rl.registry import Registry
@@ -17,12 +23,19 @@ from asr_rl.rewards.base import RewardError, Sample
 from asr_rl.rewards.normalize import cer, char_errors, is_cjk, keyword_hits, normalize_text, wer, word_errors
 
 TermFn = Callable[..., list[float]]
+
+
+@dataclass(frozen=True)
+class TermSpec:
+    needs_reference: bool = True  # False: scores a hypothesis from the audio's facts alone
+
+
 # A term maps a batch of `Sample`s to one score per sample, each from its own sample only.
-TERMS: Registry[TermFn] = Registry("reward term")
+TERMS: Registry[TermFn] = Registry("reward term", TermSpec)
 
 
-def register_term(name: str) -> Callable[[TermFn], TermFn]:
-    return TERMS.register(name)
+def register_term(name: str, needs_reference: bool = True) -> Callable[[TermFn], TermFn]:
+    return TERMS.register(name, needs_reference=needs_reference)
 
 
 def get_term(name: str) -> TermFn:
@@ -157,7 +170,7 @@ def script_share(text: str, language: str | None, reference: str = "") -> float:
     return sum(not is_cjk(c) for c in letters) / len(letters)
 
 
-@register_term("language")
+@register_term("language", needs_reference=False)
 def language_term(samples: list[Sample]) -> list[float]:
     """The hypothesis is in the reference's language: script share x tag agreement.
 
@@ -172,7 +185,7 @@ def language_term(samples: list[Sample]) -> list[float]:
     out = []
     for s in samples:
         tag_ok = s.predicted_language is None or language_code(s.predicted_language) == s.language
-        out.append(script_share(s.hypothesis, s.language, s.reference) * float(tag_ok))
+        out.append(script_share(s.hypothesis, s.language, s.reference or "") * float(tag_ok))
     return out
 
 
@@ -187,7 +200,7 @@ def repeated_ngram_share(text: str, n: int) -> float:
     return sum(c - 1 for c in counts.values()) / len(grams)
 
 
-@register_term("fluency")
+@register_term("fluency", needs_reference=False)
 def fluency_term(samples: list[Sample], ngram: int = 3, max_length_ratio: float = 1.5,
                  max_chars_per_second: float = 25.0, repetition_weight: float = 1.0, length_weight: float = 1.0,
                  empty_penalty: float = 1.0, malformed_penalty: float = 1.0) -> list[float]:
@@ -195,8 +208,8 @@ def fluency_term(samples: list[Sample], ngram: int = 3, max_length_ratio: float 
 
     repeated n-grams (share of repeated `ngram`-grams), runaway length (characters beyond
     `max_length_ratio` x the reference, or beyond `max_chars_per_second` x the audio duration, as
-    a share of the allowed length, capped at 1), empty output, and malformed output (no
-    `<asr_text>` section). Clipped to [-1, 1].
+    a share of the allowed length, capped at 1; without a reference, the duration alone), empty
+    output, and malformed output (no `<asr_text>` section). Clipped to [-1, 1].
 
     >>> fluency_term([Sample("call anna", "call anna"), Sample("", "call anna"),
     ...               Sample("call anna", "call anna", well_formed=False)])
@@ -206,10 +219,11 @@ def fluency_term(samples: list[Sample], ngram: int = 3, max_length_ratio: float 
     for s in samples:
         hyp = normalize_text(s.hypothesis)
         penalty = repetition_weight * repeated_ngram_share(s.hypothesis, ngram)
-        allowed = max_length_ratio * max(len(normalize_text(s.reference)), 1)
+        allowed = max_length_ratio * max(len(normalize_text(s.reference)), 1) if s.reference is not None else None
         if s.duration:
             allowed = min(allowed, max_chars_per_second * s.duration) if s.reference else max_chars_per_second * s.duration
-        penalty += length_weight * min(1.0, max(0.0, len(hyp) - allowed) / allowed)
+        if allowed:
+            penalty += length_weight * min(1.0, max(0.0, len(hyp) - allowed) / allowed)
         penalty += empty_penalty * (not hyp) + malformed_penalty * (not s.well_formed)
         out.append(max(-1.0, min(1.0, 1.0 - penalty)))
     return out
@@ -266,6 +280,37 @@ def empty_term(samples: list[Sample]) -> list[float]:
     [-1.0, 0.0]
     """
     return [-1.0 if not normalize_text(s.hypothesis) and normalize_text(s.reference) else 0.0 for s in samples]
+
+
+@register_term("repetition", needs_reference=False)
+def repetition_term(samples: list[Sample], ngram: int = 3) -> list[float]:
+    """-(share of repeated `ngram`-grams): a repetition loop, seen without a reference.
+
+    >>> repetition_term([Sample("call bob call bob call bob", None), Sample("call anna now", None)])
+    [-0.5, 0.0]
+    """
+    return [-repeated_ngram_share(s.hypothesis, ngram) + 0.0 for s in samples]
+
+
+@register_term("speaking_rate", needs_reference=False)
+def speaking_rate_term(samples: list[Sample], low: float = 2.0, high: float = 25.0) -> list[float]:
+    """How far the transcript's characters per second of audio fall outside [`low`, `high`], as a
+    share of the bound, in [-1, 0]: an empty or cut-short transcript of speech below, a run-on or a
+    hallucinated tail above. Needs the duration, not the reference (0 when the duration is unknown).
+
+    >>> speaking_rate_term([Sample("call anna", None, duration=1.0), Sample("", None, duration=1.0),
+    ...                     Sample("c", None, duration=1.0), Sample("x" * 50, None, duration=1.0)])
+    [0.0, -1.0, -0.5, -1.0]
+    """
+    out = []
+    for s in samples:
+        if not s.duration:
+            out.append(0.0)
+            continue
+        rate = len(normalize_text(s.hypothesis).replace(" ", "")) / s.duration
+        below, above = max(0.0, low - rate) / low, max(0.0, rate - high) / high
+        out.append(-min(1.0, below + above) + 0.0)
+    return out
 
 
 @register_term("dg_wer")

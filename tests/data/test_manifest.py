@@ -35,7 +35,7 @@ def _one_bad(tmp_path, row, **kw):
     ('[1, 2]', "expected a JSON object"),
     ({"id": "x", "text": "hi", "language": "en"}, "missing `audio`"),
     ({"id": "x", "audio": "ok.wav", "language": "en"}, "missing `text`"),
-    ({"id": "x", "audio": "ok.wav", "text": "  ", "language": "en"}, "empty reference"),
+    ({"id": "x", "audio": "ok.wav", "text": 7, "language": "en"}, "`text` must be a string (the transcript), got int 7"),
     ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "xx"}, "unknown language 'xx'; valid codes: ar,"),
     ({"id": "x", "audio": "ok.wav", "text": "hi"}, "missing `language`"),
     ({"id": "x", "audio": "ok.wav", "text": "hi", "language": "en", "keywords": "anna"}, "`keywords` must be a list"),
@@ -86,11 +86,11 @@ def test_over_long_audio_is_a_problem_and_stereo_or_other_rates_are_notes(tmp_pa
 
 
 def test_read_manifest_raises_listing_every_bad_line(tmp_path):
-    m = write_manifest(tmp_path / "m.jsonl", ["{bad", {"audio": "x.wav", "text": "", "language": "en"}])
+    m = write_manifest(tmp_path / "m.jsonl", ["{bad", {"audio": "x.wav", "text": ["a"], "language": "en"}])
     with pytest.raises(ManifestError) as err:
         read_manifest(m)
     text = str(err.value)
-    assert f"{m}:1: malformed JSON" in text and f"{m}:2: empty reference" in text
+    assert f"{m}:1: malformed JSON" in text and f"{m}:2: `text` must be a string" in text
     assert len(err.value.problems) == 2
 
 
@@ -138,3 +138,21 @@ def test_a_context_file_that_is_a_folder_binary_or_a_json_array(tmp_path):
     (tmp_path / "broken.json").write_text('["grace", ')
     with pytest.raises(ValueError, match=r"broken\.json starts like a JSON array but is not one"):
         read_context_file(tmp_path / "broken.json")
+
+
+def test_a_line_without_text_is_unlabelled_for_rl_and_refused_naming_what_needs_it(tmp_path):
+    write_tone(tmp_path / "a.wav")
+    m = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "l", "audio": "a.wav", "text": "call anna", "language": "en"},
+        {"id": "u", "audio": "a.wav", "language": "en"},
+        {"id": "n", "audio": "a.wav", "text": None, "language": "en"},
+        {"id": "s", "audio": "a.wav", "text": " ", "language": "en"}])
+    with pytest.raises(ManifestError) as err:
+        read_manifest(m, text_needed_by="SFT")
+    assert [p.line for p in err.value.problems] == [2, 3]
+    assert f"{m}:2: missing `text` (the transcript): SFT needs one" in str(err.value)
+    scan = scan_manifest(m, text_needed_by=None)
+    assert not scan.problems and [u.id for u in scan.unlabelled] == ["u", "n"]
+    texts = {u.id: u.text for u in scan.utterances}
+    assert texts == {"l": "call anna", "u": None, "n": None, "s": ""}  # "": nobody speaks, a labelled line
+    assert [(n.line, "non-speech line" in n.message) for n in scan.notes] == [(4, True)]

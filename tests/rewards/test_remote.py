@@ -283,7 +283,7 @@ def test_bad_requests_are_refused():
         assert resp.json()["error"] == ("field 'labels' has 1 items but 'query' has 2; "
                                         "every list needs one item per sample")
         resp = post(json={"query": ["a"], "samples": [{"hypothesis": "a", "reference": 3}]})
-        assert resp.status_code == 422 and resp.json()["error"] == "samples[0].reference must be a string, got 3"
+        assert resp.status_code == 422 and resp.json()["error"] == "samples[0].reference must be a string, or null on an unlabelled line, got 3"
         assert post(json={"prompts": ["a"]}).status_code == 422
 
 

@@ -175,7 +175,7 @@ class RLTrainer:
         terms = weights = None
         if REWARD_AGGREGATIONS.spec(a.reward_aggregation).per_term:  # e.g. GDPO: each term normalised in its group
             names = self.cfg.reward.terms
-            terms = torch.tensor([[v for g in exp.groups for v in g.terms[k]] for k in names])
+            terms = torch.tensor([[0.0 if v is None else v for g in exp.groups for v in g.terms[k]] for k in names])  # None: the term does not apply to that (unlabelled) group
             weights = torch.tensor(list(names.values()))
         sampled = ~exp.off_policy if exp.off_policy is not None else torch.ones(n, dtype=torch.bool)
         penalties = LengthPenalties(self.cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty_factor,

@@ -56,7 +56,9 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     with setup_run(cfg) as ctx:
         if not cfg.train_manifest:
             raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
-        utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration)
+        utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
+                             text_needed_by=None)
+        check_unlabelled(cfg, utts)
         # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
         tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
         require_writable(utts, tokenizer)
@@ -68,6 +70,22 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         workers.report_memory(longest_prompt(utts), ctx.device)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+
+
+def check_unlabelled(cfg: RLConfig, utts) -> None:
+    """Unlabelled lines (no `text`) train under a reward that needs no transcript; what else reads
+    the transcripts refuses them, naming the setting and the first such line."""
+    from asr_rl.rewards.pipeline import check_reward_coverage
+
+    unlabelled = [u for u in utts if u.text is None]
+    if not unlabelled:
+        return
+    first = unlabelled[0].source or unlabelled[0].id
+    for key, on in (("rollout.reference_in_group", cfg.rollout.reference_in_group), ("algo.sft_coef", cfg.algo.sft_coef > 0)):
+        if on:
+            raise ValueError(f"train_manifest: {key} needs each line's transcript and {first} has none "
+                             f"({len(unlabelled)} of {len(utts)} lines are unlabelled); turn it off for unlabelled audio")
+    check_reward_coverage(cfg.reward, utts)
 
 
 def longest_prompt(utts):

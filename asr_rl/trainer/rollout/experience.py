@@ -166,7 +166,7 @@ def make_samples(groups: list[Group], parse) -> list[Sample]:
         for text in g.texts:
             lang, transcript, ok = parse(text, getattr(item, "language", None))
             samples.append(Sample(
-                hypothesis=transcript, reference=getattr(item, "text", None) or getattr(item, "label", ""),
+                hypothesis=transcript, reference=item.text if hasattr(item, "text") else getattr(item, "label", ""),
                 language=getattr(item, "language", None), keywords=tuple(getattr(item, "keywords", ()) or ()),
                 prompt=getattr(item, "prompt_text", None) or getattr(item, "id", ""), response=text,
                 predicted_language=lang, well_formed=ok, duration=getattr(item, "duration", None), group_id=gid,
