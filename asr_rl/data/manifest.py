@@ -137,6 +137,15 @@ def read_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
     return scan.utterances
 
 
+def manifest_row(u: Utterance) -> dict:
+    """`u` as a manifest line again: every field it was read with (its other fields included), with
+    `audio` absolute, so that the line resolves from any folder it is written to."""
+    row = {"id": u.id, "audio": u.audio, "text": u.text, "language": u.language}
+    row.update({k: v for k, v in (("keywords", list(u.keywords)), ("duration", u.duration), ("speaker", u.speaker),
+                                  ("context", list(u.context))) if v not in (None, [])})
+    return {**row, **{k: v for k, v in u.meta.items() if k not in row}}
+
+
 def sample_problems(utterances: list[Utterance]) -> list[Problem]:
     """What only decoding shows (`asr-rl data check --deep`): a file whose samples are NaN or
     infinite, or whose data stops short of its header's length. One file in memory at a time."""

@@ -37,6 +37,18 @@ def resolve_device(device: str) -> str:
     return device
 
 
+# what `load_decodable` raises for a line that cannot be decoded (reported, and the rest go on)
+DECODE_ERRORS = (AudioError, AudioTooLong)
+
+
+def load_decodable(policy, u: Utterance):
+    """`u`'s waveform at the policy's rate; `AudioError` when it fails to load, `AudioTooLong` when
+    it is longer than the model's encoder window (it would be cut and its transcript lose the end)."""
+    wav = load_audio(u.audio, policy.sample_rate)
+    policy.check_durations([wav], [u.id])
+    return wav
+
+
 def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_beams: int = 1,
                max_new_tokens: int = 96, progress: bool = False) -> list[UtteranceResult]:
     """Greedy (or beam) transcripts of `utterances`, in input order. Utterances are batched by
@@ -47,10 +59,8 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
     loaded = []
     for i, u in enumerate(utterances):
         try:
-            wav = load_audio(u.audio, policy.sample_rate)
-            policy.check_durations([wav], [u.id])
-            loaded.append((i, u, wav))
-        except (AudioError, AudioTooLong) as e:
+            loaded.append((i, u, load_decodable(policy, u)))
+        except DECODE_ERRORS as e:
             log.warning("%s: %s (skipped, counted as failed)", u.source or u.id, e)
             results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e), speaker=u.speaker,
                                          context=u.context)

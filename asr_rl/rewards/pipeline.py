@@ -64,14 +64,33 @@ def _term_weight(spec: str, item: str) -> tuple[str, float]:
         raise ValueError(f"reward spec {spec!r}: weight of term {name.strip()!r} is not a number: {weight!r}") from None
 
 
+def _spec_terms(spec: str) -> dict[str, float]:
+    names = spec.split(":", 1)[1]
+    return DEFAULT_ASR_TERMS if names == "asr" else dict(_term_weight(spec, n) for n in names.split(",") if n.strip())
+
+
 def load_reward_spec(spec: str):
     """`builtin:asr` (the default multi-term ASR reward), `builtin:<term>[=<weight>][,...]` (weight 1.0
     when not given, e.g. `builtin:cer,keyword=0.5`), or a `.py` path."""
     if spec.startswith("builtin:"):
-        names = spec.split(":", 1)[1]
-        terms = DEFAULT_ASR_TERMS if names == "asr" else dict(_term_weight(spec, n) for n in names.split(",") if n.strip())
-        return WeightedReward(terms)
+        return WeightedReward(_spec_terms(spec))
     return load_reward_file(spec)
 
 
-__all__ = ["make_reward", "load_reward_spec", "check_reward_coverage"]
+def reward_spec_config(spec: str) -> RewardConfig:
+    """The `RewardConfig` of a `--reward` string (terms and file checked now, before any model
+    loads): `builtin:...` as `load_reward_spec`, a `.py` reward file, or `http(s)://` reward servers
+    (comma-separated, as `reward.remote_url`); `make_reward` then builds it."""
+    if spec.startswith("builtin:"):
+        return RewardConfig(terms=dict(_spec_terms(spec)))
+    if spec.startswith(("http://", "https://")):
+        return RewardConfig(terms=None, remote_url=spec)
+    if spec.endswith(".py"):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"reward file {spec} does not exist")
+        return RewardConfig(terms=None, file=spec)
+    raise ValueError(f"reward {spec!r}: give builtin:asr, builtin:<term>[=<weight>],... (e.g. builtin:cer,fluency=0.2), "
+                     "a .py reward file or an http(s):// reward server")
+
+
+__all__ = ["make_reward", "load_reward_spec", "reward_spec_config", "check_reward_coverage"]

@@ -156,3 +156,19 @@ def test_a_line_without_text_is_unlabelled_for_rl_and_refused_naming_what_needs_
     texts = {u.id: u.text for u in scan.utterances}
     assert texts == {"l": "call anna", "u": None, "n": None, "s": ""}  # "": nobody speaks, a labelled line
     assert [(n.line, "non-speech line" in n.message) for n in scan.notes] == [(4, True)]
+
+
+def test_manifest_row_writes_a_line_that_reads_back_as_the_same_utterance_from_another_folder(tone_manifest, tmp_path):
+    from asr_rl.data.manifest import manifest_row
+
+    utts = read_manifest(write_manifest(tmp_path / "in" / "m.jsonl", [
+        {"id": "a", "audio": str(tone_manifest.parent / "wavs" / "a.wav"), "language": "en", "speaker": "s1",
+         "context": ["anna"], "keywords": ["anna"], "accent": "en-gb"},
+        {"id": "b", "audio": str(tone_manifest.parent / "wavs" / "b.wav"), "text": "", "language": "zh"}]),
+        text_needed_by=None)
+    again = read_manifest(write_manifest(tmp_path / "elsewhere" / "out.jsonl", [manifest_row(u) for u in utts]),
+                          text_needed_by=None)
+    from dataclasses import replace
+
+    assert [replace(u, source="") for u in again] == [replace(u, source="") for u in utts]
+    assert again[0].meta == {"accent": "en-gb"} and again[1].text == "" and again[0].text is None

@@ -64,3 +64,19 @@ def test_a_missing_label_over_http_is_an_unlabelled_sample():
 
     assert sample_from_query("call anna", "", None).reference is None
     assert sample_from_query("call anna", "", "").reference == ""
+
+
+def test_a_reward_spec_string_gives_the_config_the_coverage_check_reads(tmp_path):
+    from asr_rl.rewards.pipeline import reward_spec_config
+
+    assert reward_spec_config("builtin:cer,fluency=0.2").terms == {"cer": 1.0, "fluency": 0.2}
+    assert reward_spec_config("http://127.0.0.1:5000").remote_url == "http://127.0.0.1:5000"
+    plugin = tmp_path / "r.py"
+    plugin.write_text("def reward_func(queries, prompts, labels):\n    return [0.0] * len(queries)\n")
+    assert reward_spec_config(str(plugin)).file == str(plugin)
+    with pytest.raises(ValueError, match="unknown reward term 'cerx'"):
+        reward_spec_config("builtin:cerx")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        reward_spec_config(str(tmp_path / "missing.py"))
+    with pytest.raises(ValueError, match="give builtin:asr"):
+        reward_spec_config("cer")

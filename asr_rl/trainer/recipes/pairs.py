@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
-from asr_rl.data.manifest import Utterance
+from asr_rl.data.manifest import manifest_row
 
 log = logging.getLogger("asr_rl.pairs")
 
@@ -83,21 +83,12 @@ def build_pairs(model: str, manifest: str, out: str, *, n: int = 8, temperature:
                 pairs = select_pairs(hyps, mode, margin)
                 tied += not pairs
                 for c, sc, r, sr in pairs:
-                    f.write(json.dumps({**_manifest_fields(u), "chosen": c, "rejected": r, "chosen_score": sc,
+                    f.write(json.dumps({**manifest_row(u), "chosen": c, "rejected": r, "chosen_score": sc,
                                         "rejected_score": sr}, ensure_ascii=False) + "\n")
                     written += 1
     report = PairsReport(len(utts), written, tied, time.perf_counter() - start)
     log.info("%d pairs from %d utterances (%d without one) in %.1f s", written, len(utts), tied, report.seconds)
     return report
-
-
-def _manifest_fields(u: Utterance) -> dict:
-    row = {"id": u.id, "audio": u.audio, "text": u.text, "language": u.language}
-    if u.keywords:
-        row["keywords"] = list(u.keywords)
-    if u.duration is not None:
-        row["duration"] = u.duration
-    return row
 
 
 __all__ = ["build_pairs", "select_pairs", "PairsReport"]
