@@ -10,107 +10,10 @@ import logging
 import os
 import sys
 
+from asr_rl.cli_data import add_data_commands, at_least
 from asr_rl.utils import Deferred, setup_logging
 
 log = logging.getLogger("asr_rl.cli")
-
-
-# what `data check` checks a preference manifest as (data/pairs.py `preference_kind`)
-_PREFERENCE_KINDS = {"paired": "DPO pairs (`chosen`, `rejected`), as `train dpo` reads them",
-                     "unpaired": "KTO examples (`completion`, `label`), as `train kto` reads them",
-                     "text_pairs": "text preference pairs (`prompt`, `chosen`, `rejected`), as `train rm` and "
-                                   "`train dpo prompt_data=` read them"}
-
-
-def _data_check(args: argparse.Namespace) -> int:
-    from asr_rl.data.manifest import sample_problems, scan_manifest
-    from asr_rl.data.pairs import preference_kind, preference_problems
-
-    if preference_kind(args.manifest) == "text_pairs":
-        return _check_text_pairs(args.manifest)
-    scan = scan_manifest(args.manifest, check_audio=not args.no_audio, min_duration=args.min_duration,
-                         max_duration=args.max_duration, text_needed_by=None if args.unlabelled else
-                         "training and evaluation (`--unlabelled` accepts lines without one, for RL)")
-    kind = preference_kind(scan.path)
-    langs = ", ".join(f"{k} {v}" for k, v in sorted(scan.languages.items())) or "none"
-    print(f"manifest:   {scan.path}")
-    if kind:
-        print(f"checked as: {_PREFERENCE_KINDS[kind]} (from the keys of its first line)")
-    print(f"utterances: {len(scan.utterances)}")
-    print(f"hours:      {scan.hours:.3f}")
-    print(f"languages:  {langs}")
-    print(f"speakers:   {len(scan.speakers)}")
-    if args.unlabelled:
-        print(f"unlabelled: {len(scan.unlabelled)}")
-    for note in scan.notes[: args.max_notes]:
-        print(f"note: {scan.path}:{note.line}: {note.message}")
-    if len(scan.notes) > args.max_notes:
-        print(f"note: ... {len(scan.notes) - args.max_notes} more notes")
-    found = scan.problems + (preference_problems(scan.utterances, kind) if kind else [])
-    if args.deep:  # decode every file: what only the samples show (NaN or inf, data cut short)
-        found += sample_problems(scan.utterances)
-    bad = sorted(found, key=lambda p: p.line)
-    problems = [(f"{scan.path}:{p.line}", p.message) for p in bad]
-    if args.model:
-        from asr_rl.models.codec import ResponseCodec
-        from asr_rl.models.tokenizer import unwritable_chars, written_texts
-
-        tokenizer = ResponseCodec.from_pretrained(args.model).tokenizer
-        problems += [(where, f"characters the model ({args.model}) cannot write: {' '.join(chars)}")
-                     for where, chars in unwritable_chars(tokenizer, written_texts(scan.utterances))]
-    print(f"bad lines:  {len(problems)}")
-    for where, message in problems:
-        print(f"  {where}: {message}")
-    if not scan.utterances and not scan.problems:
-        print(f"  {scan.path}: the manifest holds no utterances")
-        return 1
-    return 1 if problems else 0
-
-
-def _check_text_pairs(path: str) -> int:
-    from asr_rl.data.prompts import scan_preferences
-
-    pairs, problems = scan_preferences(path)
-    print(f"manifest:   {path}")
-    print(f"checked as: {_PREFERENCE_KINDS['text_pairs']} (from the keys of its first line)")
-    print(f"pairs:      {len(pairs)}")
-    print(f"bad lines:  {len(problems)}")
-    for p in problems:
-        print(f"  {path}:{p.line}: {p.message}")
-    if not pairs and not problems:
-        print(f"  {path}: the file holds no pairs")
-        return 1
-    return 1 if problems else 0
-
-
-def _data_synth(args: argparse.Namespace) -> int:
-    from asr_rl.data.synth import synthesize_corpus
-
-    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
-    try:
-        sizes = tuple(int(x) for x in args.context_sizes.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"--context-sizes {args.context_sizes!r} must be integers separated by commas, "
-                         "e.g. 0,10,100") from None
-    summary = synthesize_corpus(args.out, langs=langs, n_train=args.train, n_test=args.test, seed=args.seed,
-                                workers=args.workers, progress=not args.quiet, context_sizes=sizes)
-    for split, info in summary.items():
-        print(f"{split:<12} {info['utterances']:>6} utterances  {info['hours']:.3f} h  {info['manifest']}")
-    return 0
-
-
-def _data_pairs(args: argparse.Namespace) -> int:
-    from asr_rl.config import load_config
-    from asr_rl.rewards.config import RewardConfig
-    from asr_rl.trainer.recipes.pairs import build_pairs
-
-    reward = load_config(RewardConfig, args.reward_config) if args.reward_config else None
-    r = build_pairs(args.model, args.manifest, args.out, n=args.n, temperature=args.temperature,
-                    max_new_tokens=args.max_new_tokens, mode=args.mode, margin=args.margin,
-                    batch_size=args.batch_size, reward_cfg=reward, seed=args.seed)
-    print(f"{r.pairs} pairs from {r.utterances} utterances ({r.tied} without a pair) in {r.seconds:.1f} s -> "
-          f"{args.out}")
-    return 0
 
 
 def _model_info(args: argparse.Namespace) -> int:
@@ -236,68 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asr-rl", description="RL fine-tuning for LLM-based speech recognition")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add_commands in (_add_data_commands, _add_model_commands, _add_run_commands, _add_reward_commands):
+    for add_commands in (add_data_commands, _add_model_commands, _add_run_commands, _add_reward_commands):
         add_commands(sub)
     return parser
-
-
-def _add_data_commands(sub) -> None:
-    data = sub.add_parser("data", help="manifests and the demo corpus").add_subparsers(dest="data_cmd", required=True)
-    check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
-    check.add_argument("--manifest", required=True)
-    check.add_argument("--no-audio", action="store_true", help="skip opening the audio files")
-    check.add_argument("--unlabelled", action="store_true",
-                       help="accept lines without `text` (unlabelled audio, which RL takes) and count them")
-    check.add_argument("--deep", action="store_true",
-                       help="decode every audio file (slower): NaN or infinite samples, data cut short")
-    check.add_argument("--min-duration", type=float, default=0.0)
-    check.add_argument("--max-duration", type=float, default=30.0)
-    check.add_argument("--max-notes", type=int, default=10)
-    check.add_argument("--model", default=None, help="also report transcripts with characters this model's tokenizer "
-                                                     "cannot write")
-    check.set_defaults(func=_data_check)
-
-    synth = data.add_parser("synth", help="synthesise the bilingual demo corpus offline (espeak-ng)")
-    synth.add_argument("--out", required=True)
-    synth.add_argument("--langs", default="en,zh")
-    synth.add_argument("--train", type=int, default=3000)
-    synth.add_argument("--test", type=int, default=200)
-    synth.add_argument("--seed", type=int, default=1)
-    synth.add_argument("--workers", type=int, default=None)
-    synth.add_argument("--context-sizes", default="", help="e.g. 0,10,100: context lists (contextual biasing) on "
-                                                          "training lines at these sizes, and a copy of each test "
-                                                          "set per size > 0 (<set>_ctx<N>.jsonl)")
-    synth.add_argument("--quiet", action="store_true")
-    synth.set_defaults(func=_data_synth)
-
-    pairs = data.add_parser("pairs", help="DPO/KTO preference pairs from a model's own N-best lists, scored by "
-                                          "the reward")
-    pairs.add_argument("--model", required=True, help="the audio-LLM that samples (e.g. an SFT run's final)")
-    pairs.add_argument("--manifest", required=True)
-    pairs.add_argument("--out", required=True, help="the pair file (JSONL) to write")
-    pairs.add_argument("--n", type=_at_least(2, "a pair compares two hypotheses of one utterance"), default=8,
-                       help="hypotheses sampled per utterance (at least 2)")
-    pairs.add_argument("--temperature", type=float, default=1.0)
-    pairs.add_argument("--max-new-tokens", type=int, default=96)
-    pairs.add_argument("--mode", choices=["best_worst", "all"], default="best_worst")
-    pairs.add_argument("--margin", type=float, default=0.0, help="keep pairs whose scores differ by more than this")
-    pairs.add_argument("--batch-size", type=_at_least(1, "utterances per batch"), default=8)
-    pairs.add_argument("--reward-config", default=None, help="YAML of reward settings (terms, term_options, file, "
-                                                             "remote_url); default: the built-in terms")
-    pairs.add_argument("--seed", type=int, default=0)
-    pairs.set_defaults(func=_data_pairs)
-
-
-def _at_least(low: int, why: str):
-    """An argparse `type`: an int of at least `low` (a smaller one is a usage error, exit 2)."""
-    def parse(text: str) -> int:
-        value = int(text)  # not an int: argparse's "invalid int value"
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low} ({why}), got {value}")
-        return value
-
-    parse.__name__ = "int"
-    return parse
 
 
 def _builders():
@@ -348,7 +192,7 @@ def _add_run_commands(sub) -> None:
                                                         "eval folders, optional: default the sets both hold)")
     ev.add_argument("--context-file", action="append", help="NAME=PATH: a context list (one word or phrase a "
                                                             "line) for test set NAME's lines that carry none")
-    ev.add_argument("--resamples", type=_at_least(1, "bootstrap resamples"), default=1000,
+    ev.add_argument("--resamples", type=at_least(1, "bootstrap resamples"), default=1000,
                     help="--compare: bootstrap resamples")
     ev.add_argument("--seed", type=int, default=0, help="--compare: bootstrap seed")
     ev.add_argument("--output", default=None)
