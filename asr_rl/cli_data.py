@@ -1,4 +1,4 @@
-"""`asr-rl data ...`: check, synth and pairs (the handlers and their parser).
+"""`asr-rl data ...`: check, synth, pairs and pseudo-label (the handlers and their parser).
 
 As in cli.py, heavy imports happen inside the handlers, so that `asr-rl --help` and `data check`
 start quickly.
@@ -6,6 +6,7 @@ start quickly.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 # what `data check` checks a preference manifest as (data/pairs.py `preference_kind`)
@@ -106,6 +107,24 @@ def _data_pairs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_pseudo_label(args: argparse.Namespace) -> int:
+    from asr_rl.trainer.recipes.pseudo_label import dropped_path, pseudo_label
+
+    r = pseudo_label(args.model, args.manifest, args.out, best_of=args.best_of, reward=args.reward, mode=args.mode,
+                     temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                     min_confidence=args.min_confidence, batch_size=args.batch_size, seed=args.seed,
+                     device=args.device, dtype=args.dtype, progress=not args.quiet)
+    print(f"pseudo-label: {r.summary()} -> {args.out}" + (f" (dropped: {dropped_path(args.out)})" if r.dropped else ""))
+    if r.bad:  # named as `data check` names them; the rest was labelled
+        print(f"bad lines:  {len(r.bad)}")
+        for line in r.bad:
+            print(f"  {line}")
+        print(f"asr-rl: error: {len(r.bad)} line(s) of {args.manifest} could not be labelled (listed above); fix "
+              "them and rerun: the lines already written are kept", file=sys.stderr)
+        return 1
+    return 0
+
+
 def add_data_commands(sub) -> None:
     data = sub.add_parser("data", help="manifests and the demo corpus").add_subparsers(dest="data_cmd", required=True)
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
@@ -151,6 +170,38 @@ def add_data_commands(sub) -> None:
                                                              "remote_url); default: the built-in terms")
     pairs.add_argument("--seed", type=int, default=0)
     pairs.set_defaults(func=_data_pairs)
+    _add_pseudo_label(data)
+
+
+def _add_pseudo_label(data) -> None:
+    pl = data.add_parser("pseudo-label", help="transcripts for (unlabelled) audio from a model: greedy, or the best "
+                                              "of N under a reward; writes a manifest `train sft` takes")
+    pl.add_argument("model", metavar="MODEL", help="the audio-LLM that transcribes (a model folder)")
+    pl.add_argument("manifest", metavar="MANIFEST", help="lines with or without `text` (a line's own text is kept "
+                                                         "as `reference_text`)")
+    pl.add_argument("--out", required=True, help="the manifest to write (JSONL); an existing one is resumed: its ids "
+                                                 "are skipped, a half-written last line rewritten")
+    pl.add_argument("--best-of", type=at_least(1, "hypotheses per utterance; 1 = greedy"), default=1,
+                    help="N >= 2: N hypotheses per utterance, the one --reward scores best is kept (default 1: "
+                         "greedy)")
+    pl.add_argument("--reward", default=None, help="with --best-of: builtin:<term>[=<weight>],... (e.g. "
+                                                   "builtin:cer,fluency=0.2; on lines without text only the terms "
+                                                   "that need no transcript apply), a .py reward file, or an "
+                                                   "http(s):// reward server")
+    pl.add_argument("--mode", choices=["sample", "beam"], default="sample",
+                    help="with --best-of: N samples at --temperature (seeded per utterance id), or the beam N-best")
+    pl.add_argument("--temperature", type=float, default=1.0)
+    pl.add_argument("--top-p", type=float, default=1.0)
+    pl.add_argument("--min-confidence", type=float, default=None,
+                    help="drop lines whose confidence (mean token log-prob of the label under the model, "
+                         "temperature 1; 0 = certain) is below this; they go to OUT's .dropped.jsonl")
+    pl.add_argument("--max-new-tokens", type=int, default=96)
+    pl.add_argument("--batch-size", type=at_least(1, "utterances per batch"), default=8)
+    pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--device", default="auto")
+    pl.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    pl.add_argument("--quiet", action="store_true", help="no progress bar")
+    pl.set_defaults(func=_data_pseudo_label)
 
 
 def at_least(low: int, why: str):
