@@ -127,7 +127,8 @@ def test_min_confidence_drops_exactly_the_lines_below_it(labeller, mixed, tmp_pa
 
 
 @pytest.mark.slow
-def test_best_of_n_keeps_the_hypothesis_the_reward_scores_best(labeller, mixed, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["sample", "beam"])
+def test_best_of_n_keeps_the_hypothesis_the_reward_scores_best(labeller, mixed, tmp_path, monkeypatch, mode):
     from asr_rl.rewards.pipeline import load_reward_spec
     from asr_rl.trainer.rollout import experience
 
@@ -135,7 +136,7 @@ def test_best_of_n_keeps_the_hypothesis_the_reward_scores_best(labeller, mixed, 
     make_samples = experience.make_samples
     monkeypatch.setattr(experience, "make_samples", lambda *a: seen.extend(make_samples(*a)) or make_samples(*a))
     out = tmp_path / "best.jsonl"
-    assert _label(labeller, mixed, out, "--best-of", "4", "--reward", REWARD, "--temperature", "1.5") == 0
+    assert _label(labeller, mixed, out, "--best-of", "4", "--reward", REWARD, "--temperature", "1.5", "--mode", mode) == 0
     rewards = load_reward_spec(REWARD)(seen).rewards  # scored again, apart from the command
     rows = {r["id"]: r for r in _rows(out)}
     assert len(seen) == 4 * len(rows)
