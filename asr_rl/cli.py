@@ -176,25 +176,12 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from asr_rl.data.manifest import read_context_file
-    from asr_rl.evaluation.evaluate import check_num_beams, run_eval
+    from asr_rl.evaluation.evaluate import check_num_beams, parse_test_sets, run_eval
 
     if (args.model is None) == (args.compare is None):
         raise ValueError("asr-rl eval takes --model DIR, or --compare A B (model or eval output folders)")
     check_num_beams(args.num_beams)
-    sets = {}
-    for item in args.test_set or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
-        sets[name] = path
-    contexts = {}
-    for item in args.context_file or []:
-        name, sep, path = item.partition("=")
-        if not sep or name not in sets:
-            raise ValueError(f"--context-file {item!r} must be NAME=PATH with NAME one of the --test-set names "
-                             f"({', '.join(sets) or 'none given'})")
-        contexts[name] = read_context_file(path)
+    sets, contexts = parse_test_sets(args.test_set or [], args.context_file or [])
     if args.compare:
         from asr_rl.evaluation.compare import run_compare
 

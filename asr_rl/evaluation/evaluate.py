@@ -147,6 +147,28 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
     return out
 
 
+def parse_test_sets(test_sets: list[str], context_files: list[str]
+                    ) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """`--test-set NAME=PATH.jsonl` and `--context-file NAME=PATH` arguments: (set name -> manifest,
+    set name -> its context list), with errors naming the argument."""
+    from asr_rl.data.manifest import read_context_file
+
+    sets = {}
+    for item in test_sets:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
+        sets[name] = path
+    contexts = {}
+    for item in context_files:
+        name, sep, path = item.partition("=")
+        if not sep or name not in sets:
+            raise ValueError(f"--context-file {item!r} must be NAME=PATH with NAME one of the --test-set names "
+                             f"({', '.join(sets) or 'none given'})")
+        contexts[name] = read_context_file(path)
+    return sets, contexts
+
+
 def check_num_beams(num_beams: int, vocab_size: int | None = None) -> None:
     """ValueError for a beam width that is no search: below 1 (1 is greedy), or wider than the
     vocabulary (the first step cannot fill the beams)."""
