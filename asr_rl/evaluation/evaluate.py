@@ -2,7 +2,8 @@
 
 For each set: CER, WER, S/D/I, keyword recall, language accuracy, utterances, hours and real-time
 factor, and the failure modes (`failures.py`: insertion, loop and non-speech hallucination rates,
-keyword and entity errors, and with `--verifier` its pass rate, `verifier.py`); a table on stdout, `report.json`, `report.md` and `<set>.hyps.jsonl` under `--output`.
+keyword and entity errors, and with `--verifier` its pass rate, `verifier.py`); a table on stdout,
+`report.json`, `report.md` and `<set>.hyps.jsonl` under `--output`.
 A line whose audio fails to load, or is longer than the model's encoder window (it would be cut and
 its transcript scored against the whole reference), is reported and counted (`failed`), and the
 rest are scored.

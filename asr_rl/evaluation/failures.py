@@ -73,7 +73,8 @@ def line_failures(result) -> LineFailures:
     entities = entities_of(result)
     candidates = [e for e in entities if not keyword_hits(result.reference, (e,))]
     return LineFailures(
-        substitutions=s, deletions=d, insertions=i, ref_units=n, loop=is_loop(result.reference, result.hypothesis, unit),
+        substitutions=s, deletions=d, insertions=i, ref_units=n,
+        loop=is_loop(result.reference, result.hypothesis, unit),
         nonspeech=nonspeech, nonspeech_chars=len(normalize_text(result.hypothesis)) if nonspeech else 0,
         keywords=len(result.keywords), keyword_misses=len(result.keywords) - keyword_hits(result.hypothesis,
                                                                                            result.keywords),
@@ -107,7 +108,8 @@ def failure_metrics(results: list) -> dict:
         "nonspeech_hallucination_rate": _ratio(sum(f.hallucinated for f in nonspeech), len(nonspeech)),
         "nonspeech_mean_chars": _ratio(sum(f.nonspeech_chars for f in nonspeech), len(nonspeech)),
         "keyword_error_rate": _ratio(sum(f.keyword_misses for f in lines), keywords),
-        "entity_lines": sum(bool(entities_of(r)) for r in ok), "entity_insertions": sum(f.entity_insertions for f in lines),
+        "entity_lines": sum(bool(entities_of(r)) for r in ok),
+        "entity_insertions": sum(f.entity_insertions for f in lines),
         "entity_insertion_rate": _ratio(sum(f.entity_insertions for f in lines), candidates),
         "verifier_lines": len(verified),
         "verifier_pass_rate": _ratio(sum(bool(r.verifier_pass) for r in verified), len(verified)),

@@ -133,7 +133,10 @@ def test_compare_cli_with_a_verifier_reports_pass_rate_intervals(tmp_path, capsy
     printed = capsys.readouterr().out
     assert "P(B better)" in printed and "verifier pass" in printed
     md = (out / "report.md").read_text()
-    assert "| s | non-speech lines with words | 100.00 | 0.00 | -100.00 [-100.00, -100.00] | 1.000 |" in md
+    row = "| s | non-speech lines with words | 100.00 | 0.00 | -100.00 [-100.00, -100.00] | 1.000 |"
+    assert row in md
+    assert main(["report", "--runs", str(out), "--output", str(tmp_path / "rep")]) == 0
+    assert row in (tmp_path / "rep" / "report.md").read_text()
     # without --verifier the folders hold no pass flags: no verifier row
     assert main(["eval", "--compare", str(a), str(b), "--output", str(tmp_path / "cmp2")]) == 0
     again = json.loads((tmp_path / "cmp2" / "report.json").read_text())["compare"]["test_sets"]["s"]
