@@ -79,25 +79,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from asr_rl.data.manifest import read_context_file
-    from asr_rl.evaluation.evaluate import check_num_beams, run_eval
+    from asr_rl.evaluation.evaluate import check_num_beams, parse_test_sets, run_eval
+    from asr_rl.evaluation.verifier import verifier_from_args
 
     if (args.model is None) == (args.compare is None):
         raise ValueError("asr-rl eval takes --model DIR, or --compare A B (model or eval output folders)")
     check_num_beams(args.num_beams)
-    sets = {}
-    for item in args.test_set or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
-        sets[name] = path
-    contexts = {}
-    for item in args.context_file or []:
-        name, sep, path = item.partition("=")
-        if not sep or name not in sets:
-            raise ValueError(f"--context-file {item!r} must be NAME=PATH with NAME one of the --test-set names "
-                             f"({', '.join(sets) or 'none given'})")
-        contexts[name] = read_context_file(path)
+    sets, contexts = parse_test_sets(args.test_set or [], args.context_file or [])
+    verifier = verifier_from_args(args.verifier, args.verifier_pass)
     if args.compare:
         from asr_rl.evaluation.compare import run_compare
 
@@ -105,13 +94,13 @@ def _eval(args: argparse.Namespace) -> int:
                     seed=args.seed, eval_kwargs=dict(batch_size=args.batch_size, num_beams=args.num_beams,
                                                      device=args.device, max_new_tokens=args.max_new_tokens,
                                                      progress=not args.quiet, dtype=args.dtype,
-                                                     contexts=contexts))
+                                                     contexts=contexts), verifier=verifier)
         return 0
     if not sets:
         raise ValueError("asr-rl eval --model needs at least one --test-set NAME=PATH.jsonl")
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
                       device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
-                      dtype=args.dtype, contexts=contexts)
+                      dtype=args.dtype, contexts=contexts, verifier=verifier)
     failed = [name for name, m in report.items() if m.failed and not m.utterances]
     if failed:  # a table of "-" is not a result: the caller's script must see it
         print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
@@ -192,6 +181,10 @@ def _add_run_commands(sub) -> None:
                                                         "eval folders, optional: default the sets both hold)")
     ev.add_argument("--context-file", action="append", help="NAME=PATH: a context list (one word or phrase a "
                                                             "line) for test set NAME's lines that carry none")
+    ev.add_argument("--verifier", default=None, help="a reward file (PATH.py) checking each transcript: its pass "
+                                                     "rate and mean reward per set")
+    ev.add_argument("--verifier-pass", type=float, default=None, help="--verifier: a line passes at this reward "
+                                                                      "or above (1.0)")
     ev.add_argument("--resamples", type=at_least(1, "bootstrap resamples"), default=1000,
                     help="--compare: bootstrap resamples")
     ev.add_argument("--seed", type=int, default=0, help="--compare: bootstrap seed")

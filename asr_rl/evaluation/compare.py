@@ -10,7 +10,11 @@ manifests also give the speakers (for hypotheses files written before they carri
 
 Per set: the utterances both transcribed (by id; one that failed in either is left out and counted;
 different ids are an error), each side's CER/WER and error breakdown (`breakdown.py`), and the
-paired bootstrap of B's CER minus A's over utterances and over speakers (`significance.py`).
+paired bootstrap of B's CER minus A's over utterances and over speakers (`significance.py`; none
+on a set of only non-speech lines, which has no reference character), and of each failure metric
+both sides have over utterances (`failures.py`). With a verifier (`--verifier`), both sides'
+transcripts are checked here, eval folders included, at its threshold; without one, the pass flags
+an eval folder holds are compared when both sides hold them.
 """
 from __future__ import annotations
 
@@ -21,8 +25,10 @@ from pathlib import Path
 from asr_rl.data.manifest import scan_manifest
 from asr_rl.evaluation.biasing import bias_counts
 from asr_rl.evaluation.breakdown import error_breakdown
+from asr_rl.evaluation.failures import compare_failures
 from asr_rl.evaluation.metrics import UtteranceResult, score_set
 from asr_rl.evaluation.significance import paired_bootstrap, speaker_blocks
+from asr_rl.evaluation.verifier import Verifier, verify
 from asr_rl.rewards.normalize import char_errors
 from asr_rl.utils import atomic_write_text
 
@@ -42,7 +48,8 @@ def read_hyps(folder: Path, name: str) -> list[UtteranceResult]:
                                 f"{', '.join(have) or 'none'}")
     rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     return [UtteranceResult(**{**{k: v for k, v in r.items() if k in _RESULT_FIELDS},
-                               "keywords": tuple(r.get("keywords") or ()), "context": tuple(r.get("context") or ())})
+                               "keywords": tuple(r.get("keywords") or ()), "context": tuple(r.get("context") or ()),
+                               "metadata": dict(r.get("metadata") or {})})
             for r in rows]
 
 
@@ -113,8 +120,11 @@ def compare_set(a: list[UtteranceResult], b: list[UtteranceResult], speakers: li
         m = score_set(side)
         out[label] = {"cer": m.cer, "wer": m.wer, "keyword_recall": m.keyword_recall,
                       "breakdown": error_breakdown(side)}
-    out["utterance"] = paired_bootstrap(ea, eb, units, n_resamples, seed).to_dict()
-    out["speaker"] = None if blocks is None else paired_bootstrap(ea, eb, units, n_resamples, seed, blocks).to_dict()
+    has_units = sum(units) > 0  # a set of only non-speech lines has no CER to compare
+    out["utterance"] = paired_bootstrap(ea, eb, units, n_resamples, seed).to_dict() if has_units else None
+    out["speaker"] = (paired_bootstrap(ea, eb, units, n_resamples, seed, blocks).to_dict()
+                      if has_units and blocks is not None else None)
+    out["failures"] = compare_failures(a, b, n_resamples, seed)
     if any(r.context for r in a) or any(r.context for r in b):
         out["biasing"] = compare_biasing(a, b, n_resamples, seed)
     return out
@@ -139,8 +149,9 @@ def compare_biasing(a: list[UtteranceResult], b: list[UtteranceResult], n_resamp
 
 def run_compare(a: str | Path, b: str | Path, test_sets: dict[str, str] | None = None,
                 output: str | Path | None = None, n_resamples: int = 1000, seed: int = 0,
-                eval_kwargs: dict | None = None) -> dict:
-    """The `compare` section (also written to OUTPUT/report.json and report.md, and printed)."""
+                eval_kwargs: dict | None = None, verifier: Verifier | None = None) -> dict:
+    """The `compare` section (also written to OUTPUT/report.json and report.md, and printed);
+    `verifier` checks both sides' transcripts (module docstring)."""
     from asr_rl.evaluation.compare_table import compare_markdown, format_compare
 
     output = Path(output) if output is not None else None
@@ -150,8 +161,12 @@ def run_compare(a: str | Path, b: str | Path, test_sets: dict[str, str] | None =
                              "report.json and report.md; write it to a folder of its own")
     sides = load_sides({"A": Path(a), "B": Path(b)}, test_sets, output, eval_kwargs or {})
     report = {"a": str(a), "b": str(b), "resamples": n_resamples, "seed": seed, "test_sets": {}}
+    if verifier is not None:
+        report["verifier"] = {"file": verifier.path, "pass": verifier.threshold}
     for name in sides["A"]:
         ra, rb, left_out = paired(sides["A"][name], sides["B"][name], name)
+        if verifier is not None:
+            ra, rb = verify(ra, verifier), verify(rb, verifier)
         speakers = _speakers(ra, rb, (test_sets or {}).get(name))
         report["test_sets"][name] = {**compare_set(ra, rb, speakers, n_resamples, seed), "left_out": left_out}
     if output is not None:

@@ -3,6 +3,8 @@
 """
 from __future__ import annotations
 
+from asr_rl.evaluation.failures import COMPARED
+
 SIGNIFICANCE_HEAD = ["test set", "utts", "CER A %", "CER B %", "B-A pts [95% CI]", "rel % [95% CI]", "P(B<A)",
                      "speakers", "by speaker [95% CI]", "P(B<A) spk"]
 ERRORS_HEAD = ["test set", "model", "S/D/I of ref units", "kw err % names", "kw err % digits", "loops"]
@@ -13,10 +15,13 @@ def significance_rows(report: dict) -> list[list[str]]:
     rows = []
     for name, s in report["test_sets"].items():
         u, spk = s["utterance"], s.get("speaker")
+        n = str(s["utterances"]) + (f" ({s['left_out']} left out)" if s.get("left_out") else "")
+        if u is None:  # only non-speech lines: no reference character, no CER
+            rows.append([name, n, *["-"] * (len(SIGNIFICANCE_HEAD) - 2)])
+            continue
         rel = (f"{_signed(100 * u['relative'], 1)} [{_signed(100 * u['relative_ci'][0], 1)}, "
                f"{_signed(100 * u['relative_ci'][1], 1)}]" if u.get("relative_ci") else "-")
-        rows.append([name, str(s["utterances"]) + (f" ({s['left_out']} left out)" if s.get("left_out") else ""),
-                     f"{100 * u['cer_a']:.2f}", f"{100 * u['cer_b']:.2f}", _delta(u), rel,
+        rows.append([name, n, f"{100 * u['cer_a']:.2f}", f"{100 * u['cer_b']:.2f}", _delta(u), rel,
                      f"{u['p_improvement']:.3f}", str(s.get("speakers") or "-"),
                      _ci(spk["delta_ci"]) if spk else "-", f"{spk['p_improvement']:.3f}" if spk else "-"])
     return rows
@@ -34,6 +39,22 @@ def error_rows(report: dict) -> list[list[str]]:
             rows.append([name, label.upper(), edits,
                          *(f"{100 * k['error_rate']:.2f} ({k['missed']}/{k['keywords']})" if k else "-" for k in kws),
                          str(bd["loops"])])
+    return rows
+
+
+FAILURES_HEAD = ["test set", "failure metric", "A %", "B %", "B-A pts [95% CI]", "P(B better)"]
+
+
+def failure_rows(report: dict) -> list[list[str]]:
+    """Per set, each failure metric both sides have (`failures.py`): rates, the bootstrap interval
+    of B minus A, and the share of resamples where B is better (lower; higher for a pass rate)."""
+    rows = []
+    for name, s in report["test_sets"].items():
+        for key, label, _ in COMPARED:
+            f = (s.get("failures") or {}).get(key)
+            if f:
+                rows.append([name, label, f"{100 * f['a']:.2f}", f"{100 * f['b']:.2f}", _delta(f),
+                             f"{f['p_improvement']:.3f}"])
     return rows
 
 
@@ -65,6 +86,8 @@ def format_compare(report: dict) -> str:
               _text_table(ERRORS_HEAD, error_rows(report))]
     if biasing_rows(report):
         tables.append(_text_table(BIASING_HEAD, biasing_rows(report)))
+    if failure_rows(report):
+        tables.append(_text_table(FAILURES_HEAD, failure_rows(report)))
     return "\n\n".join(tables)
 
 
@@ -82,6 +105,12 @@ def compare_markdown(report: dict, title: str | None = None) -> str:
         lines += ["", "With context lists: B-WER / U-WER = errors on reference units in / not in the list (Le et al. "
                   "2021), paired bootstrap of B minus A; false biasing = listed items output more often than said.",
                   "", *md_table(BIASING_HEAD, biasing_rows(report))]
+    if failure_rows(report):
+        lines += ["", "Failure modes: insertions over reference units (words; characters for zh), hypotheses in a "
+                  "repetition loop, non-speech lines (empty reference) where words were written, reference keywords "
+                  "missed, listed entities written where the reference has none, the verifier's pass rate; paired "
+                  "bootstrap over utterances of B minus A in points; P(B better) = share of resamples where B's rate "
+                  "is better (lower; higher for the pass rate).", "", *md_table(FAILURES_HEAD, failure_rows(report))]
     return "\n".join(lines) + "\n"
 
 

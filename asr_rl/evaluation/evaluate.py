@@ -1,7 +1,9 @@
 """`asr-rl eval`: decode test sets with a model folder and score them.
 
 For each set: CER, WER, S/D/I, keyword recall, language accuracy, utterances, hours and real-time
-factor; a table on stdout, `report.json`, `report.md` and `<set>.hyps.jsonl` under `--output`.
+factor, and the failure modes (`failures.py`: insertion, loop and non-speech hallucination rates,
+keyword and entity errors, and with `--verifier` its pass rate, `verifier.py`); a table on stdout,
+`report.json`, `report.md` and `<set>.hyps.jsonl` under `--output`.
 A line whose audio fails to load, or is longer than the model's encoder window (it would be cut and
 its transcript scored against the whole reference), is reported and counted (`failed`), and the
 rest are scored.
@@ -19,7 +21,9 @@ import torch
 from asr_rl.data.audio import AudioError, load_audio
 from asr_rl.data.batching import AudioBatch
 from asr_rl.data.manifest import Utterance, scan_manifest
+from asr_rl.evaluation.failures import failure_lines
 from asr_rl.evaluation.metrics import SetMetrics, UtteranceResult, score_set
+from asr_rl.evaluation.verifier import Verifier, verify
 from asr_rl.models.families import AudioTooLong
 from asr_rl.models.tokenizer import require_contexts_fit, require_prompts_fit
 from asr_rl.utils import atomic_write_text, write_jsonl
@@ -63,7 +67,7 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
         except DECODE_ERRORS as e:
             log.warning("%s: %s (skipped, counted as failed)", u.source or u.id, e)
             results[i] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=str(e), speaker=u.speaker,
-                                         context=u.context)
+                                         context=u.context, metadata=dict(u.meta))
     loaded.sort(key=lambda x: len(x[2]))
     policy.eval()
     bar = tqdm(total=len(loaded), desc="decode", disable=not progress, leave=False)
@@ -81,7 +85,7 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
             results[i] = UtteranceResult(u.id, u.text, transcript, u.language, u.keywords,
                                          predicted_language=None if policy.force_language else lang,
                                          duration=len(wav) / policy.sample_rate, speaker=u.speaker,
-                                         context=u.context)
+                                         context=u.context, metadata=dict(u.meta))
         bar.update(len(chunk))
     bar.close()
     return [results[i] for i in range(len(utterances))]
@@ -89,9 +93,10 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
 
 def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_beams: int = 1,
                       max_new_tokens: int = 96, max_utterances: int | None = None,
-                      progress: bool = False,
-                      context: tuple[str, ...] = ()) -> tuple[SetMetrics, list[UtteranceResult]]:
-    """Decode and score one test set; `context` is the list for lines that carry none of their own."""
+                      progress: bool = False, context: tuple[str, ...] = (),
+                      verifier: Verifier | None = None) -> tuple[SetMetrics, list[UtteranceResult]]:
+    """Decode and score one test set; `context` is the list for lines that carry none of their own;
+    `verifier` checks each transcript (its pass rate is reported)."""
     scan = scan_manifest(manifest, check_audio=False, text_needed_by=None)
     if scan.unlabelled:  # a refusal, not a failed line: the set cannot be scored as the user meant
         u = scan.unlabelled[0]
@@ -111,19 +116,22 @@ def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_be
     results = transcribe(policy, utts, batch_size, num_beams, max_new_tokens, progress)
     seconds = time.perf_counter() - start
     results += [UtteranceResult(f"line{p.line}", "", "", "", error=p.message) for p in scan.problems]
+    if verifier is not None:
+        results = verify(results, verifier)
     return score_set(results, decode_seconds=seconds), results
 
 
 def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
              batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
              force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
-             contexts: dict[str, tuple[str, ...]] | None = None) -> dict[str, SetMetrics]:
+             contexts: dict[str, tuple[str, ...]] | None = None,
+             verifier: Verifier | None = None) -> dict[str, SetMetrics]:
     """Evaluate `model` on each named test set; write reports under `output` when given. `dtype`:
     float32, bfloat16, or auto (the dtype the checkpoint was saved in); `contexts`: a set's context
-    list for its lines that carry none."""
+    list for its lines that carry none; `verifier`: a checker of transcripts (`verifier.py`)."""
     report = {name: m for name, (m, _) in decode_sets(model, test_sets, output, batch_size, num_beams, device,
                                                       max_new_tokens, force_language, progress, dtype,
-                                                      contexts).items()}
+                                                      contexts, verifier).items()}
     print(format_table(report))
     return report
 
@@ -131,7 +139,7 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
 def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
                 batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
                 force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
-                contexts: dict[str, tuple[str, ...]] | None = None
+                contexts: dict[str, tuple[str, ...]] | None = None, verifier: Verifier | None = None
                 ) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
     """`run_eval` without the table: metrics and per-utterance results of each set."""
     from asr_rl.models.audio_policy import AudioPolicy
@@ -149,12 +157,34 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
     out: dict[str, tuple[SetMetrics, list[UtteranceResult]]] = {}
     for name, path in test_sets.items():
         out[name] = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress,
-                                      context=(contexts or {}).get(name, ()))
+                                      context=(contexts or {}).get(name, ()), verifier=verifier)
         if output is not None:
             write_jsonl(Path(output) / f"{name}.hyps.jsonl", (asdict(r) for r in out[name][1]))
     if output is not None:
-        write_reports({name: m for name, (m, _) in out.items()}, Path(output), model=str(model))
+        write_reports({name: m for name, (m, _) in out.items()}, Path(output), model=str(model), verifier=verifier)
     return out
+
+
+def parse_test_sets(test_sets: list[str], context_files: list[str]
+                    ) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """`--test-set NAME=PATH.jsonl` and `--context-file NAME=PATH` arguments: (set name -> manifest,
+    set name -> its context list), with errors naming the argument."""
+    from asr_rl.data.manifest import read_context_file
+
+    sets = {}
+    for item in test_sets:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--test-set {item!r} must be NAME=PATH.jsonl")
+        sets[name] = path
+    contexts = {}
+    for item in context_files:
+        name, sep, path = item.partition("=")
+        if not sep or name not in sets:
+            raise ValueError(f"--context-file {item!r} must be NAME=PATH with NAME one of the --test-set names "
+                             f"({', '.join(sets) or 'none given'})")
+        contexts[name] = read_context_file(path)
+    return sets, contexts
 
 
 def check_num_beams(num_beams: int, vocab_size: int | None = None) -> None:
@@ -186,7 +216,7 @@ def format_table(report: dict[str, SetMetrics]) -> str:
         rows.append(f"{name:<14}{m.utterances:>6}{m.failed:>7}{m.hours:>8.3f}{_pct(m.cer):>8}{_pct(m.wer):>8}"
                     f"{f'{m.substitutions}/{m.deletions}/{m.insertions}':>16}{_pct(m.keyword_recall):>9}"
                     f"{_pct(m.language_accuracy):>10}{(f'{m.rtf:.3f}' if m.rtf is not None else '-'):>7}")
-    return "\n".join(rows + biasing_lines(report))
+    return "\n".join(rows + biasing_lines(report) + failure_lines(report))
 
 
 def biasing_lines(report: dict[str, SetMetrics]) -> list[str]:
@@ -203,10 +233,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}"
 
 
-def write_reports(report: dict[str, SetMetrics], output: Path, model: str) -> None:
+def write_reports(report: dict[str, SetMetrics], output: Path, model: str, verifier: Verifier | None = None) -> None:
     output.mkdir(parents=True, exist_ok=True)
+    checker = {"verifier": {"file": verifier.path, "pass": verifier.threshold}} if verifier is not None else {}
     atomic_write_text(output / "report.json", json.dumps(
-        {"model": model, "test_sets": {k: v.to_dict() for k, v in report.items()}}, indent=2))
+        {"model": model, **checker, "test_sets": {k: v.to_dict() for k, v in report.items()}}, indent=2))
     lines = [f"# Evaluation of `{model}`", "", "| test set | utts | failed | hours | CER % | WER % | S/D/I | "
              "keyword recall % | language acc % | RTF |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in report.items():
@@ -214,4 +245,5 @@ def write_reports(report: dict[str, SetMetrics], output: Path, model: str) -> No
                      f"{m.substitutions}/{m.deletions}/{m.insertions} | {_pct(m.keyword_recall)} | "
                      f"{_pct(m.language_accuracy)} | {f'{m.rtf:.3f}' if m.rtf is not None else '-'} |")
     lines += ["", "```", *biasing_lines(report)[1:], "```"] if biasing_lines(report) else []
+    lines += ["", "```", *failure_lines(report)[1:], "```"]
     atomic_write_text(output / "report.md", "\n".join(lines) + "\n")

@@ -3,7 +3,10 @@
 CER and WER are corpus-level (total edits / total reference units), as jiwer computes them over a
 list. WER covers only languages written with spaces (CER alone is meaningful for zh); keyword recall
 is the share of reference keywords found in the normalised hypothesis; language accuracy compares
-the language the model wrote (`language <Name>`) with the manifest's.
+the language the model wrote (`language <Name>`) with the manifest's. A non-speech line (empty
+reference: nobody speaks) adds what was written there as insertions and no reference unit, so a set
+of only such lines has no CER or WER (None, shown as "-"); its failure modes (`failures.py`) say how
+much the model wrote there.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
 from asr_rl.evaluation.biasing import BiasCounts, bias_counts
+from asr_rl.evaluation.failures import failure_metrics
 from asr_rl.rewards.normalize import char_errors, keyword_hits, word_errors
 
 
@@ -26,6 +30,9 @@ class UtteranceResult:
     error: str | None = None  # why the utterance could not be decoded (audio failed to load, ...)
     speaker: str | None = None  # the manifest's optional `speaker` (blocks of `eval --compare`)
     context: tuple[str, ...] = ()  # the context list the prompt named (contextual biasing)
+    metadata: dict = field(default_factory=dict)  # the manifest line's other fields (e.g. `entities`)
+    verifier_reward: float | None = None  # with `eval --verifier`: its reward, and whether it passed
+    verifier_pass: bool | None = None
 
 
 @dataclass
@@ -51,6 +58,25 @@ class SetMetrics:
     u_wer: float | None = None
     biased_units: int = 0
     false_biasing: int = 0
+    # failure modes (evaluation/failures.py): edit rates in each line's scoring unit (words;
+    # characters for zh, ...), repetition loops, words written where nobody speaks, keywords
+    # missed, entities inserted, the verifier's pass rate; None where undefined
+    ref_units: int = 0
+    insertion_rate: float | None = None
+    deletion_rate: float | None = None
+    substitution_rate: float | None = None
+    loops: int = 0
+    loop_rate: float | None = None
+    nonspeech_lines: int = 0
+    nonspeech_hallucination_rate: float | None = None
+    nonspeech_mean_chars: float | None = None
+    keyword_error_rate: float | None = None
+    entity_lines: int = 0
+    entity_insertions: int = 0
+    entity_insertion_rate: float | None = None
+    verifier_lines: int = 0
+    verifier_pass_rate: float | None = None
+    verifier_mean_reward: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +101,8 @@ def score_set(results: list[UtteranceResult], decode_seconds: float | None = Non
         total = sum((bias_counts(r.reference, r.hypothesis, r.context, r.language) for r in ok), BiasCounts())
         m.b_wer, m.u_wer = total.b_wer, total.u_wer
         m.biased_units, m.false_biasing = total.biased_ref, total.false_biasing
+    for key, value in failure_metrics(ok).items():
+        setattr(m, key, value)
     if decode_seconds is not None and m.hours > 0:
         m.rtf = decode_seconds / (m.hours * 3600)
     for lang in sorted({r.language for r in ok}):

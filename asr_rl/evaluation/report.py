@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from asr_rl.evaluation.compare_table import SIGNIFICANCE_HEAD, md_table, significance_rows
+from asr_rl.evaluation.compare_table import (FAILURES_HEAD, SIGNIFICANCE_HEAD, failure_rows, md_table,
+                                             significance_rows)
 from asr_rl.utils import atomic_write_text
 
 _TERM_PREFIX = "reward/"
@@ -206,6 +207,8 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
         md += ["", f"## Comparison `{name}`", "", f"A = `{section['a']}`, B = `{section['b']}`; CER(B) - CER(A) "
                f"in points, 95% intervals over {section['resamples']} resamples; P(B<A) = share where B is lower", ""]
         md += md_table(SIGNIFICANCE_HEAD, significance_rows(section))
+        if failure_rows(section):  # failure modes: rates, B - A in points, P(B better)
+            md += ["", *md_table(FAILURES_HEAD, failure_rows(section))]
     md += [f"\n![{p.stem}]({p.name})" for p in (curves, bars, step_time) if p is not None]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     tables = _html_table(head, rows) + "".join(f"<h2>Comparison {html.escape(name)}</h2>"
