@@ -1,0 +1,68 @@
+"""Tests for the telephone channel in synth/augment.py (the target domain's channel)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr_rl.data.synth.augment import bandpass, mu_law, telephone
+
+FS = 16000
+
+
+def band_db(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
+    """Output over input power, in dB, summed over the FFT bins in [lo, hi) Hz."""
+    f = np.fft.rfftfreq(x.size, 1.0 / FS)
+    m = (f >= lo) & (f < hi)
+    return float(10 * np.log10(np.sum(np.abs(np.fft.rfft(y)[m]) ** 2) / np.sum(np.abs(np.fft.rfft(x)[m]) ** 2)))
+
+
+# ---------------------------------------------------------------- telephone channel
+
+
+@pytest.mark.parametrize("freq, expected_db", [
+    # Butterworth band-pass of order 4, edges 300 and 3400 Hz, bilinear at 16 kHz (edges pre-warped):
+    # |H|^2 = 1 / (1 + W^8), W = (w^2 - w_lo w_hi) / (w (w_hi - w_lo)), w = 2 fs tan(pi f / fs), so
+    # W = -1 and +1 (-3.0 dB) at the edges. w_lo = 1,887 and w_hi = 25,227 rad/s (3400 Hz acts as
+    # 4,015 Hz). 150 Hz: w = 942.8, W = -2.123, -10 log10(1 + 2.123^8) = -26.2 dB (unwarped: W =
+    # -2.145, -26.5 dB). 5000 Hz: w = 47,891 (7,622 Hz), W = 2.009, -24.3 dB (unwarped: 1.547, -15.3).
+    (150, -26.2), (300, -3.0), (1000, 0.0), (3400, -3.0), (5000, -24.3),
+])
+def test_bandpass_follows_the_butterworth_response(freq, expected_db):
+    x = np.sin(2 * np.pi * freq * np.arange(2 * FS) / FS)
+    y = bandpass(x, FS)
+    gain_db = 10 * np.log10(np.mean(y[FS:] ** 2) / np.mean(x[FS:] ** 2))  # steady state: the second second
+    assert abs(gain_db - expected_db) < 0.2
+
+
+def test_telephone_keeps_300_to_3400_hz_and_removes_the_rest():
+    x = 0.1 * np.random.default_rng(0).standard_normal(4 * FS + 1)  # -20 dBFS white noise, odd length
+    y, info = telephone(x, FS, np.random.default_rng(1))
+    assert y.shape == x.shape and info["channel"] == "telephone" and -60 <= info["line_noise_dbfs"] <= -48
+    # in the band: unity gain (the coding noise, ~38 dB down, adds < 0.1 dB)
+    assert abs(band_db(x, y, 600, 3000)) < 0.5
+    # at the edges the band-pass runs twice (sender and receiver): -3 dB twice = -6 dB
+    assert abs(band_db(x, y, 280, 320) - -6.0) < 1.0
+    assert abs(band_db(x, y, 3380, 3420) - -6.0) < 1.0
+    # below 150 Hz: the filters give < -52 dB (-26 dB twice); the line's hiss and the coding noise,
+    # ~35 dB under the signal and filtered once, hold it near -40 dB
+    assert band_db(x, y, 0, 150) < -35
+    # above 4.2 kHz: nothing passes an 8 kHz line; what is left is the resampler's stop band
+    assert band_db(x, y, 4200, 8000) < -35
+
+
+def test_telephone_is_deterministic_per_seed():
+    x = np.sin(2 * np.pi * 440 * np.arange(FS) / FS)
+    a, b = telephone(x, FS, np.random.default_rng(7))[0], telephone(x, FS, np.random.default_rng(7))[0]
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, telephone(x, FS, np.random.default_rng(8))[0])
+
+
+def test_mu_law_keeps_the_ends_and_codes_about_38_db_below_the_signal():
+    assert np.allclose(mu_law(np.array([0.0, 1.0, -1.0])), [0.0, 1.0, -1.0], rtol=0, atol=1e-12)
+    # 8-bit mu-law's SNR is ~38 dB over a wide range of levels (G.711), unlike linear 8 bits (~50 dB
+    # at full scale, falling 1 dB per dB)
+    t = np.arange(FS) / FS
+    for amplitude in (0.5, 0.1):
+        x = amplitude * np.sin(2 * np.pi * 440 * t)
+        snr = 10 * np.log10(np.mean(x ** 2) / np.mean((mu_law(x) - x) ** 2))
+        assert 36 < snr < 41, (amplitude, snr)
