@@ -1,12 +1,25 @@
-"""Tests for the telephone channel in synth/augment.py (the target domain's channel)."""
+"""Tests for the target domain's parts: its voice groups (synth/voices.py), the telephone channel
+(synth/augment.py), the non-speech clips (synth/nonspeech.py).
+
+The channel and clip tests are pure numpy; the voice check needs espeak-ng.
+"""
 from __future__ import annotations
+
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
+from asr_rl.data.synth import nonspeech
 from asr_rl.data.synth.augment import bandpass, mu_law, telephone
+from asr_rl.data.synth.voices import (GROUPS, HELD_OUT_ACCENTS, TARGET_GROUPS, VARIANT_GROUPS, all_voice_ids,
+                                      sample_voice)
 
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                  reason="espeak-ng not installed (sudo apt-get install -y espeak-ng)")
 FS = 16000
+SOURCE_GROUPS = [g for g in GROUPS if g not in TARGET_GROUPS]
 
 
 def band_db(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
@@ -14,6 +27,34 @@ def band_db(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
     f = np.fft.rfftfreq(x.size, 1.0 / FS)
     m = (f >= lo) & (f < hi)
     return float(10 * np.log10(np.sum(np.abs(np.fft.rfft(y)[m]) ** 2) / np.sum(np.abs(np.fft.rfft(x)[m]) ** 2)))
+
+
+# ---------------------------------------------------------------- voices and sentences
+
+
+def test_target_voice_groups_are_new_speakers_of_the_held_out_accents():
+    for i, group in enumerate(TARGET_GROUPS):
+        ids = all_voice_ids(group, "en")
+        for other in [*SOURCE_GROUPS, *TARGET_GROUPS[i + 1:]]:
+            assert not ids & all_voice_ids(other, "en"), (group, other)
+            # not only the ids: no variant (timbre) is shared, whatever the accent, speed or pitch
+            assert not set(VARIANT_GROUPS[group]) & set(VARIANT_GROUPS[other]), (group, other)
+        assert {sample_voice(group, "en", np.random.default_rng(k)).accent for k in range(200)} == set(HELD_OUT_ACCENTS)
+
+
+@needs_espeak
+def test_every_target_variant_changes_the_audio():
+    # espeak-ng falls back to the default voice for an unknown variant, silently: each target variant
+    # must give bytes unlike the default's and every other variant's (source and target).
+    def render(voice: str) -> bytes:
+        return subprocess.run(["espeak-ng", "-v", voice, "-s", "160", "--stdout", "call anna"],
+                              capture_output=True, check=True).stdout
+    for accent in HELD_OUT_ACCENTS:
+        known = {render(accent): "default"}
+        for variant in sorted({v for g in GROUPS for v in VARIANT_GROUPS[g]}):
+            wav = render(f"{accent}+{variant}")
+            assert wav not in known, (accent, variant, known.get(wav))
+            known[wav] = variant
 
 
 # ---------------------------------------------------------------- telephone channel
@@ -66,3 +107,27 @@ def test_mu_law_keeps_the_ends_and_codes_about_38_db_below_the_signal():
         x = amplitude * np.sin(2 * np.pi * 440 * t)
         snr = 10 * np.log10(np.mean(x ** 2) / np.mean((mu_law(x) - x) ** 2))
         assert 36 < snr < 41, (amplitude, snr)
+
+
+# ---------------------------------------------------------------- non-speech clips
+
+
+def test_nonspeech_clips_have_the_level_of_their_kind():
+    by_kind: dict[tuple[str, str], list[np.ndarray]] = {}
+    for i in range(40):  # every kind, clean (rounds 0 and 2) and through the phone (rounds 1 and 3)
+        audio, meta = nonspeech.render_clip(i, np.random.default_rng(i), FS)
+        assert 1.0 <= audio.size / FS <= 5.0 and np.max(np.abs(audio)) <= 1.0
+        by_kind.setdefault((meta["kind"], meta["channel"]), []).append(audio)
+    assert len(by_kind) == 2 * len(nonspeech.KINDS)
+    rms_db = {k: [20 * np.log10(np.sqrt(np.mean(a ** 2)) + 1e-12) for a in v] for k, v in by_kind.items()}
+    assert all(not np.any(a) for a in by_kind["silence", "clean"])  # digital zero
+    assert all(-62 < r < -45 for r in rms_db["silence", "telephone"])  # a line's hiss, -60..-48 dBFS
+    assert all(-73 < r < -59 for r in rms_db["room_tone", "clean"])
+    for kind in ("white_noise", "pink_noise", "brown_noise"):
+        assert all(-41 < r < -14 for r in rms_db[kind, "clean"]), kind
+    for kind in ("chord", "arpeggio", "tones", "clicks"):
+        assert all(0.09 < np.max(np.abs(a)) < 0.61 for a in by_kind[kind, "clean"]), kind
+    # a clip that claims a sound holds one: far above room tone, through the phone too
+    for (kind, _), levels in rms_db.items():
+        if kind not in ("silence", "room_tone"):
+            assert min(levels) > -55, kind
