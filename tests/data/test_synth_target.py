@@ -1,18 +1,26 @@
-"""Tests for the target domain's parts: its voice groups (synth/voices.py), the telephone channel
-(synth/augment.py), the non-speech clips (synth/nonspeech.py).
+"""Tests for the target domain of `asr-rl data synth --domain target` (synth/target.py, the
+telephone channel in synth/augment.py, the non-speech clips of synth/nonspeech.py).
 
-The channel and clip tests are pure numpy; the voice check needs espeak-ng.
+The channel and clip tests are pure numpy; the voice check and the end-to-end run need espeak-ng.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 
+from asr_rl.cli import main
+from asr_rl.data.manifest import scan_manifest
 from asr_rl.data.synth import nonspeech
 from asr_rl.data.synth.augment import bandpass, mu_law, telephone
+from asr_rl.data.synth.contexts import categories
+from asr_rl.data.synth.grammar_en import sample_english
+from asr_rl.data.synth.sentence import utterance_rng
 from asr_rl.data.synth.voices import (GROUPS, HELD_OUT_ACCENTS, TARGET_GROUPS, VARIANT_GROUPS, all_voice_ids,
                                       sample_voice)
 
@@ -20,6 +28,10 @@ needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                   reason="espeak-ng not installed (sudo apt-get install -y espeak-ng)")
 FS = 16000
 SOURCE_GROUPS = [g for g in GROUPS if g not in TARGET_GROUPS]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def band_db(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
@@ -55,6 +67,13 @@ def test_every_target_variant_changes_the_audio():
             wav = render(f"{accent}+{variant}")
             assert wav not in known, (accent, variant, known.get(wav))
             known[wav] = variant
+
+
+def test_target_sentence_streams_are_not_the_source_ones():
+    for split in ("dev", "test"):  # the source corpus has splits of these names
+        source = [sample_english(utterance_rng(1, split, i)).text for i in range(40)]
+        target = [sample_english(utterance_rng(1, f"target/{split}", i)).text for i in range(40)]
+        assert sum(s == t for s, t in zip(source, target)) < 5  # a chance match of a short command at most
 
 
 # ---------------------------------------------------------------- telephone channel
@@ -131,3 +150,51 @@ def test_nonspeech_clips_have_the_level_of_their_kind():
     for (kind, _), levels in rms_db.items():
         if kind not in ("silence", "room_tone"):
             assert min(levels) > -55, kind
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@needs_espeak
+def test_target_domain_through_the_cli(tmp_path, capsys):
+    out = tmp_path / "target"
+    argv = ["data", "synth", "--domain", "target", "--out", str(out), "--train", "4", "--test", "2",
+            "--nonspeech", "10", "--seed", "3", "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    files = {p.name for p in out.iterdir()}
+    assert {"pool.jsonl", "pool_transcripts.jsonl", "pool_labelled.jsonl", "dev.jsonl", "test.jsonl",
+            "nonspeech.jsonl", "corpus.json"} <= files
+    scans = {n: scan_manifest(out / f"{n}.jsonl", text_needed_by=None)
+             for n in ("pool", "pool_labelled", "dev", "test", "nonspeech")}
+    assert {n: s.problems for n, s in scans.items()} == {n: [] for n in scans}
+    assert {n: len(s.utterances) for n, s in scans.items()} == {"pool": 4, "pool_labelled": 4, "dev": 2, "test": 2,
+                                                               "nonspeech": 10}
+    pool, transcripts = read_jsonl(out / "pool.jsonl"), read_jsonl(out / "pool_transcripts.jsonl")
+    labelled = read_jsonl(out / "pool_labelled.jsonl")
+    assert all("text" not in r for r in pool) and all(u.text is None for u in scans["pool"].utterances)
+    assert [t["id"] for t in transcripts] == [r["id"] for r in pool] == [r["id"] for r in labelled]
+    assert [t["text"] for t in transcripts] == [r["text"] for r in labelled] and all(t["text"] for t in transcripts)
+    assert [dict(r, text=t["text"]) for r, t in zip(pool, transcripts)] == [dict(r) for r in labelled]
+    for name, group in (("pool", "target_pool"), ("dev", "target_dev"), ("test", "target_test")):
+        for row in read_jsonl(out / f"{name}.jsonl"):
+            assert row["speaker"] in all_voice_ids(group, "en") and row["channel"] == "telephone"
+            assert "context" not in row and len(row["entities"]) == 10
+            cats = categories("en")
+            own = [k for k in row["keywords"] if any(k in words for words in cats.values())]
+            assert set(own) <= set(row["entities"])  # the app knows the contact/room/device the line names
+            audio, rate = sf.read(out / row["audio"])
+            assert rate == FS and 0 < np.max(np.abs(audio)) < 1.0
+            spectrum = np.abs(np.fft.rfft(audio)) ** 2
+            assert spectrum[np.fft.rfftfreq(audio.size, 1 / FS) > 4200].sum() < 1e-3 * spectrum.sum()
+    ns = read_jsonl(out / "nonspeech.jsonl")
+    assert all(r["text"] == "" and r["language"] == "en" for r in ns)
+    assert [r["kind"] for r in ns] == list(nonspeech.KINDS)
+    meta = json.loads((out / "corpus.json").read_text())
+    assert meta["params"]["domain"] == "target" and meta["transcripts"] == {"pool": "pool_transcripts.jsonl"}
+    capsys.readouterr()
+    assert main(argv) == 0  # the same request again: reused, not rewritten
+    assert "pool_transcripts" in capsys.readouterr().out
+    # the source corpus is never written over a target one
+    assert main(["data", "synth", "--out", str(out), "--langs", "en", "--train", "4", "--test", "2",
+                 "--seed", "3", "--quiet"]) == 2
+    assert "domain: existing 'target', requested 'source'" in capsys.readouterr().err
