@@ -21,6 +21,7 @@ from asr_rl.data.synth.augment import bandpass, mu_law, telephone
 from asr_rl.data.synth.contexts import categories
 from asr_rl.data.synth.grammar_en import sample_english
 from asr_rl.data.synth.sentence import utterance_rng
+from asr_rl.data.synth.target import synthesize_target
 from asr_rl.data.synth.voices import (GROUPS, HELD_OUT_ACCENTS, TARGET_GROUPS, VARIANT_GROUPS, all_voice_ids,
                                       sample_voice)
 
@@ -198,3 +199,15 @@ def test_target_domain_through_the_cli(tmp_path, capsys):
     assert main(["data", "synth", "--out", str(out), "--langs", "en", "--train", "4", "--test", "2",
                  "--seed", "3", "--quiet"]) == 2
     assert "domain: existing 'target', requested 'source'" in capsys.readouterr().err
+    # the same bytes whatever the number of workers
+    other = tmp_path / "again"
+    synthesize_target(other, n_pool=4, n_test=2, n_nonspeech=10, seed=3, workers=2, progress=False)
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        assert path.read_bytes() == (other / path.relative_to(out)).read_bytes(), path
+
+
+@pytest.mark.parametrize("extra, match", [(["--langs", "en,zh"], "English only"),
+                                          (["--context-sizes", "10"], "no context sizes")])
+def test_target_domain_refuses_other_languages_and_context_lists(tmp_path, capsys, extra, match):
+    assert main(["data", "synth", "--domain", "target", "--out", str(tmp_path / "t"), *extra, "--quiet"]) == 2
+    assert match in capsys.readouterr().err and not (tmp_path / "t").exists()
