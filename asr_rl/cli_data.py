@@ -78,16 +78,16 @@ def _check_text_pairs(path: str) -> int:
 
 
 def _data_synth(args: argparse.Namespace) -> int:
-    from asr_rl.data.synth import synthesize_corpus
+    from asr_rl.data.synth import synthesize
 
-    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    langs = None if args.langs is None else tuple(x.strip() for x in args.langs.split(",") if x.strip())
     try:
         sizes = tuple(int(x) for x in args.context_sizes.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"--context-sizes {args.context_sizes!r} must be integers separated by commas, "
                          "e.g. 0,10,100") from None
-    summary = synthesize_corpus(args.out, langs=langs, n_train=args.train, n_test=args.test, seed=args.seed,
-                                workers=args.workers, progress=not args.quiet, context_sizes=sizes)
+    summary = synthesize(args.out, args.domain, langs=langs, n_train=args.train, n_test=args.test, seed=args.seed,
+                         workers=args.workers, progress=not args.quiet, context_sizes=sizes, n_nonspeech=args.nonspeech)
     for split, info in summary.items():
         print(f"{split:<12} {info['utterances']:>6} utterances  {info['hours']:.3f} h  {info['manifest']}")
     return 0
@@ -143,8 +143,12 @@ def add_data_commands(sub) -> None:
 
     synth = data.add_parser("synth", help="synthesise the bilingual demo corpus offline (espeak-ng)")
     synth.add_argument("--out", required=True)
-    synth.add_argument("--langs", default="en,zh")
-    synth.add_argument("--train", type=int, default=3000)
+    synth.add_argument("--domain", choices=["source", "target"], default="source",
+                       help="target: a domain to adapt to (held-out accents, new voices, a telephone channel): an "
+                            "unlabelled pool (its transcripts aside), dev, test and a non-speech set")
+    synth.add_argument("--langs", default=None, help="source: en,zh (default), en or zh; target: en only")
+    synth.add_argument("--nonspeech", type=int, default=150, help="target: clips where nobody speaks")
+    synth.add_argument("--train", type=int, default=3000, help="source: training lines; target: the pool's size")
     synth.add_argument("--test", type=int, default=200)
     synth.add_argument("--seed", type=int, default=1)
     synth.add_argument("--workers", type=int, default=None)

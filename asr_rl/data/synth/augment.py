@@ -1,4 +1,5 @@
-"""Noise, reverberation and level for the noisy test set, in numpy so they need no data files.
+"""Noise, reverberation, level and a telephone channel for the noisy and target-domain sets, in numpy/scipy
+so they need no data files.
 
 SNR is defined over whole signals, as in Kaldi/MUSAN-style augmentation: the power of the
 (reverberant) speech over the utterance, silences included, against the power of the added noise.
@@ -6,6 +7,7 @@ SNR is defined over whole signals, as in Kaldi/MUSAN-style augmentation: the pow
 from __future__ import annotations
 
 import numpy as np
+from scipy import signal
 
 NOISE_KINDS = ("white", "pink", "babble")
 SNR_RANGE_DB = (5.0, 20.0)
@@ -98,3 +100,41 @@ def corrupt(audio: np.ndarray, rng: np.random.Generator, sample_rate: int) -> tu
     speech = apply_reverb(audio.astype(np.float64), reverb_ir(rt60, sample_rate, rng))
     noisy = mix_at_snr(speech, make_noise(kind, speech.size, rng, sample_rate), snr_db)
     return noisy, {"noise_snr_db": snr_db, "noise_type": kind, "reverb_rt60": rt60}
+
+
+# ---------------------------------------------------------------- telephone channel
+
+PHONE_BAND_HZ = (300.0, 3400.0)  # the ITU-T G.712 voice band
+PHONE_RATE = 8000
+MU = 255.0  # G.711 mu-law
+LINE_NOISE_DBFS = (-60.0, -48.0)  # RMS of the line's hiss, in dB re full scale
+
+
+def bandpass(audio: np.ndarray, sample_rate: int, band: tuple[float, float] = PHONE_BAND_HZ,
+             order: int = 4) -> np.ndarray:
+    """Butterworth band-pass (causal, as a handset's filter is): -3 dB at the band edges, 24 dB an
+    octave beyond them for order 4."""
+    sos = signal.butter(order, band, btype="bandpass", fs=sample_rate, output="sos")
+    return signal.sosfilt(sos, audio)
+
+
+def mu_law(audio: np.ndarray, bits: int = 8) -> np.ndarray:
+    """Compand with mu-law, quantise to `bits` bits, expand back: G.711's coding noise, which is
+    proportional to the level (about 38 dB below a loud signal) rather than fixed."""
+    x = np.clip(audio, -1.0, 1.0)
+    code = np.sign(x) * np.log1p(MU * np.abs(x)) / np.log1p(MU)
+    steps = 2 ** (bits - 1) - 1
+    code = np.round(code * steps) / steps
+    return np.sign(code) * np.expm1(np.abs(code) * np.log1p(MU)) / MU
+
+
+def telephone(audio: np.ndarray, sample_rate: int, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """A narrow-band phone call, at absolute levels (audio in [-1, 1]): the sender's band-pass,
+    down to 8 kHz, line hiss at a random -60..-48 dBFS, 8-bit mu-law, back up to `sample_rate`, the
+    receiver's band-pass. Returns the audio (same length) and what was done."""
+    noise_dbfs = round(float(rng.uniform(*LINE_NOISE_DBFS)), 1)
+    narrow = signal.resample_poly(bandpass(audio, sample_rate), PHONE_RATE, sample_rate)
+    narrow = narrow + rng.standard_normal(narrow.size) * 10.0 ** (noise_dbfs / 20.0)
+    wide = signal.resample_poly(mu_law(narrow), sample_rate, PHONE_RATE)[: audio.size]
+    wide = np.pad(wide, (0, audio.size - wide.size))
+    return bandpass(wide, sample_rate), {"channel": "telephone", "line_noise_dbfs": noise_dbfs}

@@ -48,13 +48,14 @@ def entities(keywords: list[str], language: str) -> list[tuple[str, str]]:
     return list(dict.fromkeys(found))
 
 
-def context_list(keywords: list[str], language: str, size: int, rng: np.random.Generator) -> list[str]:
+def context_list(keywords: list[str], language: str, size: int, rng: np.random.Generator,
+                 omit_prob: float = OMIT_PROB) -> list[str]:
     """A shuffled list of `size` items (fewer only if the pools run out): the line's entities (unless
-    left out, with probability OMIT_PROB) and distractors, first of the entities' categories."""
+    left out, with probability `omit_prob`) and distractors, first of the entities' categories."""
     if size <= 0:
         return []
     own = entities(keywords, language)
-    keep = [w for _, w in own] if rng.random() >= OMIT_PROB else []
+    keep = [w for _, w in own] if rng.random() >= omit_prob else []
     said = {w for _, w in own}
     cats = categories(language)
     first = [c for c in dict.fromkeys(c for c, _ in own)] or list(cats)

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,29 +95,39 @@ def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = (
         RuntimeError: espeak-ng or flite is missing or fails.
     """
     params = corpus_params(langs, n_train, n_test, seed, context_sizes)
-    workers = _check_workers(workers)
+    workers = check_workers(workers)
     out_dir = Path(out_dir).expanduser().absolute()
     existing = existing_summary(out_dir, params)
     if existing is not None:
         logger.info("reusing the corpus already in %s (same parameters)", out_dir)
         return existing
     tts.check_tools(params["langs"])
+
+    def build(tmp: Path) -> dict[str, dict]:
+        rows = render_all(plan_jobs(params, root=str(tmp)), workers, progress)
+        if params.get("context_sizes"):
+            rows = add_contexts(rows, params["context_sizes"], params["seed"])
+        return _write_outputs(tmp, params, rows)
+
+    return _absolute_summary(out_dir, build_atomically(out_dir, build))
+
+
+def build_atomically(out_dir: Path, build: Callable[[Path], dict[str, dict]]) -> dict[str, dict]:
+    """Run `build(tmp)` in a temp folder beside `out_dir`, then rename it into place; nothing is
+    left behind if it fails. Returns what `build` returns (the corpus's splits)."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     os.chmod(tmp, umasked(0o777))  # mkdtemp makes it private; the corpus is meant to be shared
     start = time.time()
     try:
-        jobs = plan_jobs(params, root=str(tmp))
-        rows = render_all(jobs, workers, progress)
-        if params.get("context_sizes"):
-            rows = add_contexts(rows, params["context_sizes"], params["seed"])
-        splits = _write_outputs(tmp, params, rows)
-        _move_into_place(tmp, out_dir)
+        splits = build(tmp)
+        move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    logger.info("synthesised %d utterances into %s in %.1f s", len(jobs), out_dir, time.time() - start)
-    return _absolute_summary(out_dir, splits)
+    count = sum(s["utterances"] for s in splits.values())
+    logger.info("synthesised %s (%d manifest lines) in %.1f s", out_dir, count, time.time() - start)
+    return splits
 
 
 def corpus_params(langs: Iterable[str] | str, n_train: int, n_test: int, seed: int,
@@ -183,14 +193,17 @@ def render_utterance(job: Job) -> dict:
             "speaker": voice.id, "accent": voice.accent, **extra}
 
 
-def render_all(jobs: list[Job], workers: int, progress: bool) -> dict[str, list[dict]]:
-    """Render every job (in a process pool when workers > 1); rows grouped by split, in job order."""
+def render_all(jobs: list, workers: int, progress: bool, render: Callable[..., dict] | None = None
+               ) -> dict[str, list[dict]]:
+    """Render every job with `render` (default `render_utterance`; a module-level function, so a
+    process pool can pickle it) in a process pool when workers > 1; rows grouped by split, in job
+    order. A job needs `root` and `split`."""
     for root, split in {(j.root, j.split) for j in jobs}:
         Path(root, "wavs", split).mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict]] = {}
     bar = tqdm(total=len(jobs), desc="synth", unit="utt", disable=not progress)
     try:
-        for job, row in zip(jobs, _map(jobs, min(workers, len(jobs)))):
+        for job, row in zip(jobs, _map(jobs, min(workers, len(jobs)), render or render_utterance)):
             rows.setdefault(job.split, []).append(row)
             bar.update()
     finally:
@@ -198,14 +211,14 @@ def render_all(jobs: list[Job], workers: int, progress: bool) -> dict[str, list[
     return rows
 
 
-def _map(jobs: list[Job], workers: int) -> Iterator[dict]:
+def _map(jobs: list, workers: int, render: Callable[..., dict]) -> Iterator[dict]:
     if workers <= 1:
-        yield from map(render_utterance, jobs)
+        yield from map(render, jobs)
         return
     # forkserver: fork() from a process that may already run threads (torch, tqdm) can deadlock.
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
     try:
-        yield from pool.map(render_utterance, jobs, chunksize=max(1, min(16, len(jobs) // (8 * workers))))
+        yield from pool.map(render, jobs, chunksize=max(1, min(16, len(jobs) // (8 * workers))))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -231,7 +244,10 @@ def existing_summary(out_dir: Path, params: dict) -> dict | None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise FileExistsError(f"{meta_path} cannot be read ({err!r}); delete {out_dir} and rerun, "
                               f"or choose another --out.") from err
-    diffs = [f"{k}: existing {old.get(k)!r}, requested {v!r}" for k, v in params.items() if old.get(k) != v]
+    # a source corpus records no domain (it predates the target domain)
+    keys = [*params, *(["domain"] if "domain" not in params else [])]
+    diffs = [f"{k}: existing {_param(old, k)!r}, requested {_param(params, k)!r}" for k in keys
+             if _param(old, k) != _param(params, k)]
     if diffs:
         raise FileExistsError(
             f"{out_dir} already holds a different synthetic corpus ({'; '.join(diffs)}). Choose "
@@ -241,6 +257,10 @@ def existing_summary(out_dir: Path, params: dict) -> dict | None:
         raise FileExistsError(f"{out_dir} holds this corpus but {', '.join(missing)} is missing; "
                               f"delete {out_dir} and rerun.")
     return _absolute_summary(out_dir, splits)
+
+
+def _param(params: dict, key: str):
+    return params.get(key, "source" if key == "domain" else None)
 
 
 def _write_outputs(root: Path, params: dict, rows: dict[str, list[dict]]) -> dict[str, dict]:
@@ -261,7 +281,7 @@ def _write_outputs(root: Path, params: dict, rows: dict[str, list[dict]]) -> dic
     return splits
 
 
-def _move_into_place(tmp: Path, out_dir: Path) -> None:
+def move_into_place(tmp: Path, out_dir: Path) -> None:
     # rename(2) replaces an empty folder atomically and refuses a non-empty one, so a folder that
     # got filled meanwhile is never overwritten.
     try:
@@ -277,7 +297,7 @@ def _absolute_summary(out_dir: Path, splits: dict[str, dict]) -> dict[str, dict]
                    "manifest": str(out_dir / s["manifest"])} for name, s in splits.items()}
 
 
-def _check_workers(workers: int | None) -> int:
+def check_workers(workers: int | None) -> int:
     if workers is None:
         return os.cpu_count() or 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

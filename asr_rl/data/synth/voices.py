@@ -5,7 +5,8 @@ A voice is (engine, accent, variant, speed, pitch), written as an id such as
 voices it never heard, so the split is by timbre, not by utterance: the espeak-ng variants (formant
 and pitch-range presets) and flite voices are partitioned into disjoint groups for train, dev and
 test, which makes every dev/test voice id impossible in train whatever the seed. Two English accents
-are held out of every group except `accent`, the harder test set.
+are held out of every group except `accent`, the harder test set, and the target domain's groups
+(`target_pool`, `target_dev`, `target_test`: synth/target.py), whose variants no other group uses.
 """
 from __future__ import annotations
 
@@ -28,10 +29,23 @@ VARIANT_GROUPS = {
     "test": ("m8", "f5", "klatt5", "edward", "belinda", "Andy"),
 }
 VARIANT_GROUPS["accent"] = VARIANT_GROUPS["test"]
+# The target domain: variants no source group uses, checked the same way (with en-029 and
+# en-gb-scotland, every name gave bytes unlike the default voice's and every other variant's, except
+# caleb, which renders exactly like klatt and is left out). Near relatives stay in one group, so that
+# dev and test voices are new timbres: Mario/Michael/gustave/marcelo and Gene/Gene2 (pool), iven/iven2
+# (dev), Hugo/Henrique/michel/miguel/Diogo/anika and Storm/victor/Denis (test); steph2/steph3 and
+# edward2 are left out as relatives of steph and edward.
+VARIANT_GROUPS["target_pool"] = ("Alex", "Mike", "Gene", "Gene2", "Jacky", "Lee", "Mario", "Michael", "gustave",
+                                 "marcelo", "antonio", "quincy", "rob", "Andrea", "Alicia", "aunty")
+VARIANT_GROUPS["target_dev"] = ("iven", "iven2", "ed", "travis", "Nguyen", "grandma", "Marco")
+VARIANT_GROUPS["target_test"] = ("Hugo", "Henrique", "michel", "miguel", "Diogo", "anika", "Storm", "victor",
+                                 "Denis", "pedro", "sandro", "shelby", "grandpa")
+TARGET_GROUPS = ("target_pool", "target_dev", "target_test")
 
 # flite voices are other speakers recorded for CMU, English only; awb is Scottish, so it is held out
-# with the Scottish accent.
-FLITE_GROUPS = {"train": ("kal16", "rms"), "dev": (), "test": ("slt",), "accent": ("awb",)}
+# with the Scottish accent. flite has no fifth voice, so the target groups have none.
+FLITE_GROUPS = {"train": ("kal16", "rms"), "dev": (), "test": ("slt",), "accent": ("awb",),
+                **{group: () for group in TARGET_GROUPS}}
 FLITE_ACCENTS = {"kal16": "en-us", "rms": "en-us", "slt": "en-us", "awb": "en-gb-scotland"}
 FLITE_SHARE = 0.15  # of English utterances, where the group has flite voices
 
@@ -70,15 +84,15 @@ class Voice:
 
 
 def accents_for(group: str, language: str) -> tuple[str, ...]:
-    """Accents a group draws from; `accent` is the held-out English accents only."""
+    """Accents a group draws from; `accent` and the target groups: the held-out English accents only."""
     _check_group(group)
     if language == "zh":
         return (ZH_ACCENT,)
-    return HELD_OUT_ACCENTS if group == "accent" else EN_ACCENTS
+    return HELD_OUT_ACCENTS if group == "accent" or group in TARGET_GROUPS else EN_ACCENTS
 
 
 def sample_voice(group: str, language: str, rng: np.random.Generator) -> Voice:
-    """Draw a voice for one utterance from `group` ("train", "dev", "test" or "accent")."""
+    """Draw a voice for one utterance from `group` (one of GROUPS)."""
     _check_group(group)
     flite_voices = FLITE_GROUPS[group] if language == "en" else ()
     if flite_voices and rng.random() < FLITE_SHARE:
