@@ -37,7 +37,9 @@ class GroupedPrefix:
     Attributes:
         keys, values: per layer `(U, Hkv, P, D)` (the prompt forward's cache, positions applied).
         prompt_mask: `(U, P)` True at real prompt tokens (prompts are left-padded).
-        response_mask: `(N, T)` True at real response tokens, N = U * n, rows u*n..u*n+n-1: group u.
+        response_mask: `(N, S)` True at the responses' real keys, N = U * n, rows u*n..u*n+n-1:
+            group u. The queries are the last `queries` of them (all when scoring; the new token
+            when decoding against a cache of the responses' own keys).
         calls: layers that came through `grouped_attention_forward` (checked after the forward).
     """
 
@@ -45,15 +47,17 @@ class GroupedPrefix:
     values: list[torch.Tensor]
     prompt_mask: torch.Tensor
     response_mask: torch.Tensor
+    queries: int | None = None
     calls: set[int] = field(default_factory=set)
 
     def __post_init__(self):
-        (U, P), (N, T) = self.prompt_mask.shape, self.response_mask.shape
+        (U, P), (N, S) = self.prompt_mask.shape, self.response_mask.shape
+        T = self.queries = S if self.queries is None else self.queries
         self.n = N // U
         # built once per forward, shared by the layers; shaped as the scores below
         self.prompt_blocked = ~self.prompt_mask.reshape(U, 1, 1, 1, 1, P)
-        causal = torch.ones(T, T, dtype=torch.bool, device=self.prompt_mask.device).tril()
-        self.response_blocked = ~(causal & self.response_mask.reshape(U, 1, 1, self.n, 1, T))
+        causal = torch.ones(T, S, dtype=torch.bool, device=self.prompt_mask.device).tril(S - T)
+        self.response_blocked = ~(causal & self.response_mask.reshape(U, 1, 1, self.n, 1, S))
 
 
 _ACTIVE: ContextVar[GroupedPrefix | None] = ContextVar("asr_rl_grouped_prefix", default=None)
@@ -63,8 +67,8 @@ def grouped_attention_forward(module: nn.Module, query: torch.Tensor, key: torch
                               attention_mask, dropout: float = 0.0, scaling: float | None = None,
                               sliding_window: int | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """An `AttentionInterface` function: `query` `(N, H, T, D)` and the responses' own `key`/`value`
-    `(N, Hkv, T, D)` against their group's prompt `(U, Hkv, P, D)`. Returns `(N, T, H, D)` as
-    sdpa's does.
+    `(N, Hkv, S, D)` (S = T when scoring, the tokens so far when decoding) against their group's
+    prompt `(U, Hkv, P, D)`. Returns `(N, T, H, D)` as sdpa's does.
 
     The scores are explicit and exact in size: each group's n*T queries against its P prompt keys
     (one batched matmul over U groups, the prompt broadcast to its n responses), and each response's
@@ -78,18 +82,18 @@ def grouped_attention_forward(module: nn.Module, query: torch.Tensor, key: torch
     state.calls.add(layer)
     dtype = query.dtype  # bf16/fp16 scores lose ~0.05 nats against sdpa's float32 ones: compute in float32
     query, key, value, pk, pv = (t.float() for t in (query, key, value, state.keys[layer], state.values[layer]))
-    (U, Hkv, P, D), (N, H, T, _), n = pk.shape, query.shape, state.n
+    (U, Hkv, P, D), (N, H, T, _), S, n = pk.shape, query.shape, key.shape[2], state.n
     r, scale = H // Hkv, D ** -0.5 if scaling is None else scaling
     q = query.reshape(U, n, Hkv, r, T, D).permute(0, 2, 3, 1, 4, 5)  # (U, Hkv, r, n, T, D)
     prompt = (q.reshape(U, Hkv, r * n * T, D) @ pk.transpose(-1, -2) * scale).reshape(U, Hkv, r, n, T, P)
-    own = (query.reshape(N, Hkv, r * T, D) @ key.transpose(-1, -2) * scale)  # (N, Hkv, r*T, T)
-    own = own.reshape(U, n, Hkv, r, T, T).permute(0, 2, 3, 1, 4, 5)
+    own = (query.reshape(N, Hkv, r * T, D) @ key.transpose(-1, -2) * scale)  # (N, Hkv, r*T, S)
+    own = own.reshape(U, n, Hkv, r, T, S).permute(0, 2, 3, 1, 4, 5)
     scores = torch.cat([prompt.masked_fill(state.prompt_blocked, float("-inf")),
                         own.masked_fill(state.response_blocked, float("-inf"))], dim=-1)
-    weights = torch.softmax(scores, dim=-1)  # (U, Hkv, r, n, T, P + T)
+    weights = torch.softmax(scores, dim=-1)  # (U, Hkv, r, n, T, P + S)
     weights = F.dropout(weights, p=dropout, training=module.training)
     out = (weights[..., :P].reshape(U, Hkv, r * n * T, P) @ pv).reshape(U, Hkv, r, n, T, D).permute(0, 3, 1, 2, 4, 5)
-    out = out.reshape(N, H, T, D) + (weights[..., P:].permute(0, 3, 1, 2, 4, 5).reshape(N, Hkv, r * T, T)
+    out = out.reshape(N, H, T, D) + (weights[..., P:].permute(0, 3, 1, 2, 4, 5).reshape(N, Hkv, r * T, S)
                                      @ value).reshape(N, H, T, D)
     return out.transpose(1, 2).to(dtype), None
 

@@ -190,7 +190,8 @@ class CausalPolicy(nn.Module):
         `generate` on CPU (no per-step processor/stopping-criteria machinery) and it is what the
         seeded sampler needs. Positions follow `generate`'s convention (arange over the padded
         prompt), so scoring with `logprobs` sees the same distribution. With `shared_prefix` each
-        prompt is prefilled once and its cache repeated for its n samples.
+        prompt is prefilled once; its n samples attend to its cache in place (`prefix_attention=
+        "grouped"`) or to it repeated n times (`"gather"`).
         """
         cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=embeds.device)
@@ -202,8 +203,10 @@ class CausalPolicy(nn.Module):
         out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
         logits, cache = out.logits[:, -1], _cache_of(out)
+        grouped = self._grouped_decoder(cache, mask, n, cache_kw) if self.shared_prefix and n > 1 else None
         if self.shared_prefix and n > 1:
-            cache.batch_repeat_interleave(n)
+            if grouped is None:
+                cache.batch_repeat_interleave(n)
             logits, mask = logits.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
             positions = positions.repeat_interleave(n, dim=0)
         done = torch.zeros(logits.shape[0], dtype=torch.bool, device=embeds.device)
@@ -218,10 +221,35 @@ class CausalPolicy(nn.Module):
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
+            if grouped is not None:
+                logits = grouped(nxt, positions)
+                continue
             out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions, use_cache=True,
                              logits_to_keep=1, **{cache_kw: cache})
             logits, cache = out.logits[:, -1], _cache_of(out)
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
+
+    def _grouped_decoder(self, prompt_cache, prompt_mask: torch.Tensor, n: int, cache_kw: str):
+        """With `prefix_attention="grouped"`: a decoding step `(ids (N,), positions (N, 1)) -> logits
+        (N, V)` whose n samples of a prompt attend to its U-row prefill cache in place and to a cache
+        of their own tokens only (models/grouped_attention.py), instead of the prefill cache
+        repeated n times. None otherwise."""
+        if self.prefix_attention != "grouped":
+            return None
+        from transformers import DynamicCache
+
+        from asr_rl.models import grouped_attention as ga
+
+        keys, values = [layer.keys for layer in prompt_cache.layers], [layer.values for layer in prompt_cache.layers]
+        own, body, N = DynamicCache(), self.body(), prompt_mask.shape[0] * n
+
+        def step(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            seen = torch.ones(N, own.get_seq_length() + 1, dtype=torch.bool, device=ids.device)
+            with ga.grouped_prefix(body, ga.GroupedPrefix(keys, values, prompt_mask.bool(), seen, queries=1)):
+                out = self.model(input_ids=ids[:, None], position_ids=positions, use_cache=True, logits_to_keep=1,
+                                 **{cache_kw: own})
+            return out.logits[:, -1]
+        return step
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:
         """Generated ids (new tokens only) -> Responses, masking everything after the first EOS."""

@@ -3,7 +3,8 @@ every family's LLM: per-token log-probs, entropies and the gradient of every tra
 (projector included, through the shared prompt), for groups with responses of different lengths,
 prompts of different lengths and n = 1, 2, 8, with the responses attending to the U-row prompt cache
 in place (`prefix_attention="grouped"`, no per-response copy: checked) and through the gathered copy;
-and the rollout prefill, which draws the same tokens."""
+and the rollout, whose samples decode against the prefill cache in place or repeated, and draw the
+same tokens."""
 from __future__ import annotations
 
 import copy
@@ -106,7 +107,8 @@ def test_groups_need_not_be_contiguous_nor_equal(policy_and_rows):
     assert all(float((out[2][k] - g).norm() / (g.norm() + 1e-12)) <= 1e-5 for k, g in ref[2].items())
 
 
-def test_the_shared_prefill_draws_the_same_tokens(policy_and_rows):
+@pytest.mark.parametrize("attention", ["grouped", "gather"])
+def test_the_shared_prefill_draws_the_same_tokens(policy_and_rows, attention):
     policy, rows = policy_and_rows
     policy.eval()
     embeds, mask = policy.embed_rows(rows)
@@ -114,10 +116,10 @@ def test_the_shared_prefill_draws_the_same_tokens(policy_and_rows):
     seeds = list(range(100, 100 + len(rows) * n))
     outs = []
     for shared in (False, True):
-        policy.shared_prefix = shared
+        policy.shared_prefix, policy.prefix_attention = shared, attention
         sampler = SeededGumbelSampler(seeds, temperature=1.0, top_k=0, top_p=1.0)
         outs.append(policy._sample_loop(embeds, mask, sampler, 12, n))
-    policy.shared_prefix = True
+    policy.shared_prefix, policy.prefix_attention = True, "grouped"
     assert torch.equal(outs[0][0], outs[1][0])
     assert (outs[0][1] - outs[1][1]).abs().max() <= 1e-5
     assert len({tuple(r.tolist()) for r in outs[1][0]}) > 1  # the draws differ between samples
@@ -154,8 +156,8 @@ def test_bf16_and_lora_stay_close_to_the_reference(policy_and_rows):
 
 
 def test_grouped_attention_makes_no_per_response_copy_of_the_prompt(policy_and_rows, monkeypatch):
-    """Every layer's attention sees the prompt keys/values with U rows (one per group), never N, and
-    the cache is never gathered per response."""
+    """Scoring and decoding: every layer's attention sees the prompt keys/values with U rows (one
+    per group), never N, and the cache is never gathered nor repeated per response."""
     from transformers import AttentionInterface
     from transformers.cache_utils import Cache
 
@@ -179,9 +181,18 @@ def test_grouped_attention_makes_no_per_response_copy_of_the_prompt(policy_and_r
 
     monkeypatch.setitem(AttentionInterface._global_mapping, ga.NAME, spy)
     monkeypatch.setattr(Cache, "batch_select_indices", no_gather)
+    monkeypatch.setattr(Cache, "batch_repeat_interleave", no_gather)
     policy.train()
     _score(policy, rows, responses, group_index(len(rows), n), shared=True)
     layers = policy.model.config.get_text_config().num_hidden_layers
     T = responses.ids.shape[1] - 1
     assert sorted(s[0] for s in seen) == list(range(layers))
     assert {s[1:] for s in seen} == {(len(rows), len(rows), len(rows) * n, T)}  # prompt: U rows; keys: own T
+    seen.clear()  # decoding: each step's keys are the samples' own tokens so far, the prompt stays U rows
+    policy.eval()
+    sampler = SeededGumbelSampler(list(range(len(rows) * n)), temperature=1.0, top_k=0, top_p=1.0)
+    ids, _ = policy._sample_loop(*policy.embed_rows(rows), sampler, 5, n)
+    steps = len(seen) // layers  # a forward after each drawn token but a last one that ends all rows
+    assert len(seen) == layers * steps and steps in (ids.shape[1] - 1, ids.shape[1]) and steps > 1
+    assert {s[1:4] for s in seen} == {(len(rows), len(rows), len(rows) * n)}
+    assert sorted({s[4] for s in seen}) == list(range(1, steps + 1))
