@@ -8,7 +8,8 @@ padding masked), and each response's queries meet its own earlier keys (causal, 
 masked); one softmax joins the two score sets, so the result is the repeated-prompt attention
 exactly, and autograd sums the prompt's gradient over its n responses. (One sdpa call over
 [prompt ; all n responses] with a block-diagonal mask is exact too, but scores n*T x n*T per group
-where n x T x T are needed: measured slower at the demo's shape.)
+where n x T x T are needed: measured slower at the demo's shape.) Decoding is the same with one
+query per sample against the prompt and a cache of the samples' own tokens.
 
 It runs inside transformers' own attention layers: `ALL_ATTENTION_FUNCTIONS` gets one more entry
 (`NAME`), and `grouped_prefix` points the body's configs at it for one forward. That name has no
