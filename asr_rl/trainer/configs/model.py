@@ -28,9 +28,9 @@ class ModelConfig:
             In memory the states of a run are always cached while the encoder is frozen.
         shared_prefix: the n responses of a prompt share one forward of it (rollout prefill, log-prob
             passes, update; exact); false repeats the prompt per response (the reference path).
-        prefix_attention: how the responses attend to their shared prompt when scoring: `grouped`
-            reads the prompt's keys/values once per group (no per-response copy), `gather` copies
-            them per response (the earlier path, kept to compare); both exact.
+        prefix_attention: how the responses attend to their shared prompt when sampling and
+            scoring: `grouped` reads the prompt's keys/values once per group (no per-response
+            copy), `gather` copies them per response (the earlier path, kept to compare); both exact.
     """
 
     force_language: bool = False
