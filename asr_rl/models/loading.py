@@ -50,7 +50,7 @@ def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[model_cfg.dtype]
     policy = AudioPolicy.from_pretrained(path, device=device, dtype=dtype, force_language=model_cfg.force_language,
                                          sample_rate=sample_rate)
-    policy.shared_prefix = model_cfg.shared_prefix
+    policy.shared_prefix, policy.prefix_attention = model_cfg.shared_prefix, model_cfg.prefix_attention
     patterns = tuple(model_cfg.freeze_patterns)
     freeze = next(f for f in (freeze_encoder, model_cfg.freeze_encoder, encoder_is_pretrained(path)) if f is not None)
     if freeze:

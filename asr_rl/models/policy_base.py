@@ -9,11 +9,13 @@ sampled audio placeholder breaks the model's placeholder check and a forbidden t
 poison the ratio.
 
 Shared prompt (`shared_prefix`, on by default): the n responses of a prompt attend to one forward
-of that prompt. Scoring runs each prompt once with its key/value cache, gathers the cache rows per
-response (a gather, so the prompt's gradient is the sum over its responses) and runs only the
-response tokens against it; sampling prefills each prompt once and repeats its cache for the n
-samples. Outputs and gradients equal the repeated-prompt path (PrefixGrouper, arXiv:2506.05433),
-which `shared_prefix=False` keeps as the reference.
+of that prompt. Scoring runs each prompt once with its key/value cache and runs only the response
+tokens against it: where the responses come in whole groups of equal size, they attend to the
+cache's U rows in place (models/grouped_attention.py, no per-response copy); otherwise the cache
+rows are gathered per response. Either way the prompt's gradient is the sum over its responses.
+Sampling prefills each prompt once and repeats its cache for the n samples. Outputs and gradients
+equal the repeated-prompt path (PrefixGrouper, arXiv:2506.05433), which `shared_prefix=False`
+keeps as the reference.
 """
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ class CausalPolicy(nn.Module):
     `encode_batch`, `embed_rows`, `default_frozen` and `save_extra`."""
 
     shared_prefix = True  # see the module docstring; `model.shared_prefix=false` is the reference path
+    prefix_attention = "grouped"  # "gather": copy the prompt cache per response (today's path, kept to compare)
 
     def __init__(self, model: nn.Module, tokenizer, codec: ResponseCodec, forbidden_ids: set[int]):
         super().__init__()
@@ -187,7 +190,8 @@ class CausalPolicy(nn.Module):
         `generate` on CPU (no per-step processor/stopping-criteria machinery) and it is what the
         seeded sampler needs. Positions follow `generate`'s convention (arange over the padded
         prompt), so scoring with `logprobs` sees the same distribution. With `shared_prefix` each
-        prompt is prefilled once and its cache repeated for its n samples.
+        prompt is prefilled once; its n samples attend to its cache in place (`prefix_attention=
+        "grouped"`) or to it repeated n times (`"gather"`).
         """
         cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=embeds.device)
@@ -199,8 +203,10 @@ class CausalPolicy(nn.Module):
         out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
         logits, cache = out.logits[:, -1], _cache_of(out)
+        grouped = self._grouped_decoder(cache, mask, n, cache_kw) if self.shared_prefix and n > 1 else None
         if self.shared_prefix and n > 1:
-            cache.batch_repeat_interleave(n)
+            if grouped is None:
+                cache.batch_repeat_interleave(n)
             logits, mask = logits.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
             positions = positions.repeat_interleave(n, dim=0)
         done = torch.zeros(logits.shape[0], dtype=torch.bool, device=embeds.device)
@@ -215,10 +221,35 @@ class CausalPolicy(nn.Module):
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
+            if grouped is not None:
+                logits = grouped(nxt, positions)
+                continue
             out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions, use_cache=True,
                              logits_to_keep=1, **{cache_kw: cache})
             logits, cache = out.logits[:, -1], _cache_of(out)
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
+
+    def _grouped_decoder(self, prompt_cache, prompt_mask: torch.Tensor, n: int, cache_kw: str):
+        """With `prefix_attention="grouped"`: a decoding step `(ids (N,), positions (N, 1)) -> logits
+        (N, V)` whose n samples of a prompt attend to its U-row prefill cache in place and to a cache
+        of their own tokens only (models/grouped_attention.py), instead of the prefill cache
+        repeated n times. None otherwise."""
+        if self.prefix_attention != "grouped":
+            return None
+        from transformers import DynamicCache
+
+        from asr_rl.models import grouped_attention as ga
+
+        keys, values = [layer.keys for layer in prompt_cache.layers], [layer.values for layer in prompt_cache.layers]
+        own, body, N = DynamicCache(), self.body(), prompt_mask.shape[0] * n
+
+        def step(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            seen = torch.ones(N, own.get_seq_length() + 1, dtype=torch.bool, device=ids.device)
+            with ga.grouped_prefix(body, ga.GroupedPrefix(keys, values, prompt_mask.bool(), seen, queries=1)):
+                out = self.model(input_ids=ids[:, None], position_ids=positions, use_cache=True, logits_to_keep=1,
+                                 **{cache_kw: own})
+            return out.logits[:, -1]
+        return step
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:
         """Generated ids (new tokens only) -> Responses, masking everything after the first EOS."""
@@ -264,10 +295,14 @@ class CausalPolicy(nn.Module):
 
     def _shared_prefix_hidden(self, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor, responses: Responses,
                               prompt_index: torch.Tensor) -> torch.Tensor:
-        """`response_hidden` with each of the U prompts forwarded once: its cache rows are gathered
-        per response (autograd sums the gradient over a prompt's responses), then the responses'
-        tokens but the last (position P-1+t predicts token t, and the prompt's last position
-        predicts token 0) run against them."""
+        """`response_hidden` with each of the U prompts forwarded once, then the responses' tokens
+        but the last (position P-1+t predicts token t, and the prompt's last position predicts
+        token 0) against its keys/values. Contiguous equal groups (`group_index`) attend to the
+        U-row prompt cache in place (models/grouped_attention.py); otherwise, or with
+        `prefix_attention="gather"`, the cache rows are gathered per response. Either way autograd
+        sums the prompt's gradient over its responses."""
+        from asr_rl.models import grouped_attention as ga
+
         (U, P, _), (N, T) = prompt_embeds.shape, responses.ids.shape
         body = self.body()
         positions = torch.arange(P + T, device=prompt_embeds.device)
@@ -277,10 +312,17 @@ class CausalPolicy(nn.Module):
         if T == 1:
             return first
         cache = _cache_of(out)
-        cache.batch_select_indices(prompt_index)
         resp_embeds = self.model.get_input_embeddings()(responses.ids[:, :-1]).to(prompt_embeds.dtype)
+        resp_positions = positions[P:P + T - 1].expand(N, -1)
+        if self.prefix_attention == "grouped" and ga.can_group(prompt_index, U):
+            state = ga.GroupedPrefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
+                                     prompt_mask.bool(), responses.mask[:, :-1].bool())
+            with ga.grouped_prefix(body, state):
+                rest = body(inputs_embeds=resp_embeds, position_ids=resp_positions, use_cache=False).last_hidden_state
+            return torch.cat([first, rest], dim=1)
+        cache.batch_select_indices(prompt_index)
         mask = torch.cat([prompt_mask[prompt_index], responses.mask[:, :-1].to(prompt_mask.dtype)], dim=1)
-        rest = body(inputs_embeds=resp_embeds, attention_mask=mask, position_ids=positions[P:P + T - 1].expand(N, -1),
+        rest = body(inputs_embeds=resp_embeds, attention_mask=mask, position_ids=resp_positions,
                     past_key_values=cache, use_cache=True).last_hidden_state
         return torch.cat([first, rest], dim=1)
 

@@ -73,7 +73,7 @@ def load_text_policy(path, model_cfg, device: str = "cpu", data_cfg=None) -> Tex
     if not path:
         raise ValueError("`pretrain` is not set: give the starting model folder")
     policy = TextPolicy.from_pretrained(path, device=device, dtype=dtype)
-    policy.shared_prefix = model_cfg.shared_prefix
+    policy.shared_prefix, policy.prefix_attention = model_cfg.shared_prefix, model_cfg.prefix_attention
     if data_cfg is not None:
         policy.apply_chat_template = data_cfg.apply_chat_template and policy.apply_chat_template
         policy.max_prompt_len = data_cfg.max_prompt_len

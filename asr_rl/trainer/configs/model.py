@@ -28,6 +28,9 @@ class ModelConfig:
             In memory the states of a run are always cached while the encoder is frozen.
         shared_prefix: the n responses of a prompt share one forward of it (rollout prefill, log-prob
             passes, update; exact); false repeats the prompt per response (the reference path).
+        prefix_attention: how the responses attend to their shared prompt when sampling and
+            scoring: `grouped` reads the prompt's keys/values once per group (no per-response
+            copy), `gather` copies them per response (the earlier path, kept to compare); both exact.
     """
 
     force_language: bool = False
@@ -39,6 +42,7 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16"] = "float32"
     encoder_cache: str | None = None
     shared_prefix: bool = True
+    prefix_attention: Literal["grouped", "gather"] = "grouped"
 
 
 @dataclass(frozen=True)
