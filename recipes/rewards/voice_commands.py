@@ -1,0 +1,87 @@
+"""A verifier for the demo's voice-command domain: `reward.file=recipes/rewards/voice_commands.py`.
+
+A reward that needs no transcript (RL on unlabelled audio, `asr-rl eval --verifier`): it judges a
+hypothesis by what a valid command looks like, seeing only the hypothesis, the line's `entities`
+(the app's contacts, rooms and devices, when the manifest line carries them) and the domain's
+lexicon; never the reference or its keywords.
+
+- `command_validity`: the English command grammar as templates (turn on the kitchen lights, call a
+  contact at a seven-digit number, set an alarm for a clock time, ...), its slots filled from the
+  lexicon and the line's entity list; 1 for a command the grammar holds, partial credit by word
+  edits to the nearest one (`asr_rl.rewards.grammar.WordGrammar`), 0 for an empty transcript.
+  Phone numbers are seven digits not starting with zero or one; times are hours 1-12 with "oh five"
+  or "thirty" minutes; percentages, degrees and volume levels are in their ranges. None (does not
+  apply) for other languages.
+- `no_loops`: minus the share of repeated word trigrams (a hallucination loop).
+- `speaking_rate`: characters per second of audio within a plausible band (an empty or runaway
+  transcript falls outside it).
+
+What it cannot see: which of two valid commands was said ("call anna" for "call emma" passes).
+"""
+from asr_rl.data.synth.grammar_en import DEVICES, MESSAGES, NAMES, ROOMS, number_words
+from asr_rl.rewards.base import Sample
+from asr_rl.rewards.grammar import WordGrammar
+from asr_rl.rewards.normalize import normalize_text
+from asr_rl.rewards.terms import repeated_ngram_share, speaking_rate_term
+
+TEMPLATES = (
+    "{switch} {onoff} the {room} {device}", "{switch} the {room} {device} {onoff}",
+    "{dim} the {room} lights to {percent} percent",
+    "set the {room} thermostat to {degrees} degrees", "set the temperature in the {room} to {degrees} degrees",
+    "{openclose} the {room} blinds",
+    "call {name} {call_tail}?", "send a message to {name} saying {message}", "text {name} {message}",
+    "dial {phone}",
+    "{alarm} {clock} {when}?", "remind me to call {name} at {clock} {when}?",
+    "set a timer for {amount} {units}", "set a {amount} {unit} timer",
+    "set the volume to {level}", "set the {room} speaker volume to {level}",
+)
+DIGITS = [number_words(d) for d in range(10)]
+SLOTS = {
+    "switch": ["turn", "switch"], "onoff": ["on", "off"], "dim": ["dim", "set"], "openclose": ["open", "close"],
+    "room": list(ROOMS), "device": list(DEVICES), "name": list(NAMES), "message": list(MESSAGES),
+    "percent": [number_words(p) for p in range(10, 101, 10)],
+    "degrees": [number_words(d) for d in range(16, 29)],
+    "level": [number_words(v) for v in range(1, 11)],
+    "call_tail": ["on speaker", "at {phone}"],
+    "digit": DIGITS, "first_digit": DIGITS[2:],
+    "phone": ["{first_digit} {digit} {digit} {digit} {digit} {digit} {digit}"],
+    "hour": [number_words(h) for h in range(1, 13)],
+    "minute": [f"oh {d}" for d in DIGITS[1:]] + [number_words(m) for m in range(10, 60)],
+    "clock": ["{hour} {minute}?"],
+    "alarm": ["set an alarm for", "wake me up at", "set my alarm to"],
+    "when": ["tomorrow", "tonight", "in the morning", "in the evening"],
+    "amount": [number_words(a) for a in (1, 2, 3, 5, 10, 15, 20, 25, 30, 45, 90)],
+    "unit": ["minute", "second", "hour"], "units": ["minute", "minutes", "second", "seconds", "hour", "hours"],
+}
+_GRAMMAR = WordGrammar(TEMPLATES, SLOTS)
+_WITH_ENTITIES: dict[tuple[str, ...], WordGrammar] = {}  # one grammar per distinct entity list
+
+
+def _grammar(entities) -> WordGrammar:
+    """The lexicon's grammar, with the line's entity list added to the contacts, rooms and devices
+    (a user's own names the lexicon does not know)."""
+    extra = tuple(sorted({normalize_text(e) for e in entities or ()} - {*NAMES, *ROOMS, *DEVICES}))
+    if not extra:
+        return _GRAMMAR
+    if extra not in _WITH_ENTITIES:
+        slots = dict(SLOTS, name=[*NAMES, *extra], room=[*ROOMS, *extra], device=[*DEVICES, *extra])
+        _WITH_ENTITIES[extra] = WordGrammar(TEMPLATES, slots)
+    return _WITH_ENTITIES[extra]
+
+
+def command_validity(completions, language, entities=None, **kwargs):
+    entities = entities or [None] * len(completions)
+    return [_grammar(ents).score(normalize_text(c)) if lang == "en" else None
+            for c, lang, ents in zip(completions, language, entities)]
+
+
+def no_loops(completions, **kwargs):
+    return [-repeated_ngram_share(c, 3) for c in completions]
+
+
+def speaking_rate(completions, duration, **kwargs):
+    return speaking_rate_term([Sample(c, None, duration=d) for c, d in zip(completions, duration)])
+
+
+reward_funcs = [command_validity, no_loops, speaking_rate]
+reward_weights = [1.0, 0.5, 0.5]
