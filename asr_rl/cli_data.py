@@ -19,15 +19,18 @@ _PREFERENCE_KINDS = {"paired": "DPO pairs (`chosen`, `rejected`), as `train dpo`
 def _data_check(args: argparse.Namespace) -> int:
     from asr_rl.data.manifest import sample_problems, scan_manifest
     from asr_rl.data.pairs import preference_kind, preference_problems
+    from asr_rl.data.readers import ReadOptions
 
     if preference_kind(args.manifest) == "text_pairs":
         return _check_text_pairs(args.manifest)
+    options = ReadOptions(**{f: getattr(args, f) for f in _READ_FLAGS if getattr(args, f) is not None})
     scan = scan_manifest(args.manifest, check_audio=not args.no_audio, min_duration=args.min_duration,
                          max_duration=args.max_duration, text_needed_by=None if args.unlabelled else
-                         "training and evaluation (`--unlabelled` accepts lines without one, for RL)")
+                         "training and evaluation (`--unlabelled` accepts lines without one, for RL)", options=options)
     kind = preference_kind(scan.path)
     langs = ", ".join(f"{k} {v}" for k, v in sorted(scan.languages.items())) or "none"
     print(f"manifest:   {scan.path}")
+    print(f"format:     {scan.format} ({scan.format_reason})")
     if kind:
         print(f"checked as: {_PREFERENCE_KINDS[kind]} (from the keys of its first line)")
     print(f"utterances: {len(scan.utterances)}")
@@ -37,14 +40,14 @@ def _data_check(args: argparse.Namespace) -> int:
     if args.unlabelled:
         print(f"unlabelled: {len(scan.unlabelled)}")
     for note in scan.notes[: args.max_notes]:
-        print(f"note: {scan.path}:{note.line}: {note.message}")
+        print(f"note: {note.at(scan.path)}: {note.message}")
     if len(scan.notes) > args.max_notes:
         print(f"note: ... {len(scan.notes) - args.max_notes} more notes")
     found = scan.problems + (preference_problems(scan.utterances, kind) if kind else [])
     if args.deep:  # decode every file: what only the samples show (NaN or inf, data cut short)
         found += sample_problems(scan.utterances)
     bad = sorted(found, key=lambda p: p.line)
-    problems = [(f"{scan.path}:{p.line}", p.message) for p in bad]
+    problems = [(p.at(scan.path), p.message) for p in bad]
     if args.model:
         from asr_rl.models.codec import ResponseCodec
         from asr_rl.models.tokenizer import unwritable_chars, written_texts
@@ -128,7 +131,9 @@ def _data_pseudo_label(args: argparse.Namespace) -> int:
 def add_data_commands(sub) -> None:
     data = sub.add_parser("data", help="manifests and the demo corpus").add_subparsers(dest="data_cmd", required=True)
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
-    check.add_argument("--manifest", required=True)
+    check.add_argument("--manifest", required=True, help="a JSONL or NeMo manifest, a `datasets` folder "
+                                                         "(save_to_disk) or parquet file/folder, a Kaldi/WeNet folder")
+    _add_read_options(check)
     check.add_argument("--no-audio", action="store_true", help="skip opening the audio files")
     check.add_argument("--unlabelled", action="store_true",
                        help="accept lines without `text` (unlabelled audio, which RL takes) and count them")
@@ -175,6 +180,20 @@ def add_data_commands(sub) -> None:
     pairs.add_argument("--seed", type=int, default=0)
     pairs.set_defaults(func=_data_pairs)
     _add_pseudo_label(data)
+
+
+# `ReadOptions` fields as `data check` flags (their defaults are ReadOptions' own)
+_READ_FLAGS = {"format": "jsonl, nemo, datasets or kaldi (default: recognised from the path)",
+               "audio_column": "the audio column or JSONL key (default: audio)",
+               "text_column": "the transcript column, e.g. sentence (default: text)",
+               "id_column": "the utterance-id column (default: id)",
+               "language_column": "the language-code column (default: language)",
+               "language": "the language of rows that give none, e.g. en"}
+
+
+def _add_read_options(parser) -> None:
+    for name, text in _READ_FLAGS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", default=None, help=text)
 
 
 def _add_pseudo_label(data) -> None:

@@ -86,7 +86,7 @@ class RunConfig:
 
     Attributes:
         pretrain: starting model folder (a Hugging Face checkpoint).
-        train_manifest: JSONL manifest of training utterances (audio path).
+        train_manifest: training utterances: a JSONL manifest, or any format `data.format` reads.
         prompt_data: JSONL prompt set for the text path.
         eval_manifest: JSONL manifest evaluated every `eval_steps` (audio path).
         output_dir: run folder: checkpoints, metrics, resolved config.

@@ -1,4 +1,6 @@
-"""Audio I/O: read with soundfile, mix down to mono, resample with soxr to the model's rate.
+"""Audio I/O: read with soundfile, mix down to mono, resample with soxr to the model's rate. What is
+read is a file, or an audio reference (audio_refs.py): a row's bytes in an Arrow/parquet table,
+decoded from memory, or a segment of a long file, read as just those frames.
 
 torchaudio is deliberately not used: its PyPI build is linked against CUDA torch and fails to import
 beside the CPU build.
@@ -12,6 +14,13 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 import soxr
+
+from asr_rl.data.audio_refs import SegmentRef, TableRef, bytes_file, parse_ref
+
+
+# Segments may end this many seconds past the end of their file (times rounded by the tool that cut
+# them); they are cut at the end, as Kaldi's extract-segments does with its --max-overshoot (0.5 s).
+MAX_OVERSHOOT = 0.5
 
 
 class AudioError(ValueError):
@@ -32,46 +41,93 @@ class AudioInfo:
 
 
 def audio_info(path: str | os.PathLike) -> AudioInfo:
-    """Read the header of `path`, raising AudioError when it is missing, unreadable or empty."""
-    path = Path(path)
-    if not path.exists():
-        raise AudioError(f"audio file {path} does not exist")
-    if not path.is_file():
-        raise AudioError(f"audio path {path} is not a file")
-    if path.stat().st_size == 0:
-        raise AudioError(f"audio file {path} is empty (0 bytes)")
-    try:
-        info = sf.info(str(path))
-    except (sf.LibsndfileError, RuntimeError) as e:
-        raise AudioError(f"audio file {path} is unreadable: {e}") from None
-    return AudioInfo(sample_rate=int(info.samplerate), channels=int(info.channels), frames=int(info.frames))
+    """Read the header of `path` (a file, or an audio reference: audio_refs.py), raising AudioError
+    when it is missing, unreadable or empty. A segment's frames are those of its span."""
+    ref = parse_ref(str(path))
+    info = _header(_source(path, ref), path, ref)
+    sr, frames = int(info.samplerate), int(info.frames)
+    if isinstance(ref, SegmentRef):
+        start, stop = _span(ref, sr, frames)
+        frames = stop - start
+    return AudioInfo(sample_rate=sr, channels=int(info.channels), frames=frames)
 
 
 def load_audio(path: str | os.PathLike, sample_rate: int = 16000) -> np.ndarray:
-    """Load `path` as float32 mono at `sample_rate`, shape `(num_samples,)`.
+    """Load `path` (a file, or an audio reference: a row's bytes, a segment of a long file) as
+    float32 mono at `sample_rate`, shape `(num_samples,)`.
 
     Multi-channel audio is averaged to mono; other rates are resampled (soxr, high quality).
     Raises AudioError for a missing, unreadable or zero-length file, and for one holding NaN or
     infinite samples (a float wav can: it would train a NaN model without a word).
     """
+    ref = parse_ref(str(path))
     info = audio_info(path)
     if info.frames == 0:
-        raise AudioError(f"audio file {path} has no samples (zero-length)")
+        raise AudioError(f"audio {_name(path, ref)} has no samples (zero-length)")
+    start, stop = 0, None
+    if isinstance(ref, SegmentRef):  # read just the span (a segment of a long recording)
+        start = round(ref.start * info.sample_rate)
+        stop = start + info.frames
     try:
-        wav, sr = sf.read(str(path), dtype="float32", always_2d=True)
+        wav, sr = sf.read(_source(path, ref), start=start, stop=stop, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as e:
-        raise AudioError(f"audio file {path} is unreadable: {e}") from None
+        raise AudioError(f"audio {_name(path, ref)} is unreadable: {e}") from None
     check_finite(wav, sr, path)
     return to_mono_resampled(wav, sr, sample_rate)
 
 
+def _name(path, ref) -> str:
+    return f"file {path}" if ref is None else str(ref)
+
+
+def _source(path, ref):
+    """What soundfile opens for `path`: the file's name (checked to exist and hold bytes), or a
+    row's bytes in memory."""
+    if isinstance(ref, TableRef):
+        try:
+            return bytes_file(ref)
+        except FileNotFoundError:
+            raise AudioError(f"audio {ref}: {ref.path} does not exist") from None
+        except (KeyError, IndexError, ValueError, OSError) as e:  # pyarrow's errors derive from these
+            raise AudioError(f"audio {ref} {e}") from None
+    file = Path(path) if ref is None else ref.path
+    if not file.exists():
+        raise AudioError(f"audio file {file} does not exist")
+    if not file.is_file():
+        raise AudioError(f"audio path {file} is not a file")
+    if file.stat().st_size == 0:
+        raise AudioError(f"audio file {file} is empty (0 bytes)")
+    return str(file)
+
+
+def _header(source, path, ref):
+    try:
+        return sf.info(source)
+    except (sf.LibsndfileError, RuntimeError) as e:
+        raise AudioError(f"audio {_name(path, ref)} is unreadable: {e}") from None
+
+
+def _span(ref: SegmentRef, sr: int, frames: int) -> tuple[int, int]:
+    """(start, stop) frames of `ref` in a file of `frames` at `sr`; a span that ends more than
+    `MAX_OVERSHOOT` past the file's end (a segments file for another recording, or a cut file) or an
+    empty one is an AudioError, a smaller overshoot is cut at the end."""
+    start = round(ref.start * sr)
+    stop = frames if ref.end is None else round(ref.end * sr)
+    if start >= frames or stop > frames + MAX_OVERSHOOT * sr:
+        raise AudioError(f"audio {ref}: the segment ends past the end of the file ({frames / sr:.3f} s)")
+    if stop <= start:
+        raise AudioError(f"audio {ref}: the segment is empty (its end is not after its start)")
+    return start, min(stop, frames)
+
+
 def check_finite(wav: np.ndarray, sr: int, path) -> None:
-    """AudioError naming `path`, how many samples are NaN or infinite and where the first is."""
+    """AudioError naming `path` (or the reference), how many samples are NaN or infinite and where
+    the first is."""
     bad = ~np.isfinite(wav)
     if bad.any():
         first = int(np.argmax(bad.any(axis=1) if bad.ndim == 2 else bad))
-        raise AudioError(f"audio file {path} has {int(bad.sum())} non-finite samples (NaN or inf), the first "
-                         f"at {first / sr:.3f} s: fix or drop the file")
+        raise AudioError(f"audio {_name(path, parse_ref(str(path)))} has {int(bad.sum())} non-finite samples (NaN "
+                         f"or inf), the first at {first / sr:.3f} s: fix or drop the file")
 
 
 def to_mono_resampled(wav: np.ndarray, sr: int, sample_rate: int) -> np.ndarray:

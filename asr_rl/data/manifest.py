@@ -14,10 +14,17 @@ A line without `text` (absent or null) is unlabelled: RL takes it (its reward mu
 transcript, rewards/pipeline.py `check_reward_coverage`), SFT and eval refuse it naming the file
 and line. `"text": ""` is a labelled line on which nobody speaks (a non-speech line: noise, music,
 silence), scored by how much the model writes there.
+
+The same fields come from the other formats `READERS` reads (NeMo manifests, `datasets` folders and
+parquet, Kaldi/WeNet folders: data/readers), chosen by `data.format` or recognised from the path;
+every row of every format is checked here, so each yields the same `Utterance` and its problems
+name the row as its format counts them. Audio inside a table, or a segment of a long file, is an
+audio reference (data/audio_refs.py) that `load_audio` opens.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,13 +32,17 @@ from pathlib import Path
 
 from asr_rl.data.audio import AudioError, audio_info, load_audio
 from asr_rl.data.languages import LANGUAGE_NAMES
+from asr_rl.data.readers import READERS, ReadOptions, choose_reader
+
+log = logging.getLogger(__name__)
 
 _KNOWN_FIELDS = ("id", "audio", "text", "language", "keywords", "duration", "speaker", "context")
 
 
 @dataclass(frozen=True)
 class Utterance:
-    """One manifest line, with `audio` resolved to an absolute path."""
+    """One manifest line (or a row of another format), with `audio` an absolute path or an audio
+    reference (data/audio_refs.py: a table row's bytes, a segment of a long file)."""
 
     id: str
     audio: str
@@ -42,13 +53,21 @@ class Utterance:
     speaker: str | None = None
     context: tuple[str, ...] = ()  # words or phrases the prompt names (contextual biasing); () = none
     meta: dict = field(default_factory=dict, compare=False, hash=False)
-    source: str = ""  # "manifest.jsonl:12", for error messages downstream
+    source: str = ""  # "manifest.jsonl:12" (or "data.parquet row 12 (id a)"), for error messages downstream
 
 
 @dataclass(frozen=True)
 class Problem:
+    """A bad row: `line` (a JSONL line, a table's row number), and `where` when the row is named
+    otherwise than `<path>:<line>` (`data.parquet row 12 (id a)`, `data/train/text:3 (utt3)`)."""
+
     line: int
     message: str
+    where: str = ""
+
+    def at(self, path) -> str:
+        """How to name the row of `path` this is about."""
+        return self.where or f"{path}:{self.line}"
 
 
 @dataclass
@@ -56,6 +75,8 @@ class ManifestScan:
     """Everything `scan_manifest` found: the usable utterances, the problems and harmless notes."""
 
     path: Path
+    format: str = ""  # the reader's name (data/readers)
+    format_reason: str = ""  # why it was chosen: `data.format=...` or what was recognised
     utterances: list[Utterance] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
@@ -78,12 +99,13 @@ class ManifestScan:
 
 
 class ManifestError(ValueError):
-    """A manifest with bad lines; the message lists each as `path:line: problem`."""
+    """A manifest with bad lines; the message lists each as `path:line: problem` (or the row as its
+    format names it: `Problem.at`)."""
 
     def __init__(self, path: str | os.PathLike, problems: list[Problem], limit: int = 20, kind: str = "manifest"):
         self.path = Path(path)
         self.problems = problems
-        shown = "\n".join(f"  {self.path}:{p.line}: {p.message}" for p in problems[:limit])
+        shown = "\n".join(f"  {p.at(self.path)}: {p.message}" for p in problems[:limit])
         more = f"\n  ... and {len(problems) - limit} more" if len(problems) > limit else ""
         hint = f" (`asr-rl data check --manifest {self.path}` lists them all)" if kind == "manifest" else ""
         super().__init__(f"{kind} {self.path} has {len(problems)} bad line(s):\n{shown}{more}\n"
@@ -91,45 +113,52 @@ class ManifestError(ValueError):
 
 
 def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
-                  max_duration: float | None = None, text_needed_by: str | None = "training and evaluation"
-                  ) -> ManifestScan:
-    """Parse and validate every line of `path`.
+                  max_duration: float | None = None, text_needed_by: str | None = "training and evaluation",
+                  options: ReadOptions | None = None) -> ManifestScan:
+    """Parse and validate every row of `path`: a JSONL manifest, or any format in `READERS`
+    (`options.format`, or recognised from the path; the choice is logged).
 
     With `check_audio`, each audio header is read (existence, readability, length); durations come
     from the file, otherwise from the line's `duration` field when present. `text_needed_by` names
     what needs transcripts (a line without `text` is then a problem naming it); None accepts
-    unlabelled lines (RL).
+    unlabelled lines (RL). `options` maps columns and sets the default language (data/readers).
     """
-    path = Path(path)
-    if not path.is_file():
+    path, options = Path(path), options or ReadOptions()
+    if not path.exists():
         raise FileNotFoundError(f"manifest {path} does not exist")
-    scan = ManifestScan(path=path)
-    seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                utt, notes = _parse_line(raw, path, lineno, check_audio, min_duration, max_duration, text_needed_by)
-            except _LineError as e:
-                scan.problems.append(Problem(lineno, str(e)))
-                continue
-            if utt.id in seen:
-                scan.problems.append(Problem(lineno, f"duplicate id {utt.id!r} (first on line {seen[utt.id]})"))
-                continue
-            seen[utt.id] = lineno
-            scan.utterances.append(utt)
-            scan.notes.extend(Problem(lineno, n) for n in notes)
+    fmt, why = choose_reader(path, options.format)
+    log.info("%s: read as %s (%s)", path, fmt, why)
+    rows = READERS.get(fmt)(path, options)
+    check = _RowCheck(rows.base, {**_IDENTITY, **rows.columns}, check_audio, min_duration, max_duration,
+                      text_needed_by, options.language)
+    scan = ManifestScan(path=path, format=fmt, format_reason=why)
+    seen: dict[str, Problem] = {}
+    for raw in rows.rows:
+        try:
+            if raw.error:  # the reader could not make fields of the row
+                raise _LineError(raw.error)
+            utt, notes = _parse_row(raw.fields, raw.where or f"{path}:{raw.line}", check)
+        except _LineError as e:
+            scan.problems.append(Problem(raw.line, str(e), raw.where))
+            continue
+        if utt.id in seen:
+            first = seen[utt.id]
+            where = f"at {first.where}" if first.where else f"on line {first.line}"
+            scan.problems.append(Problem(raw.line, f"duplicate id {utt.id!r} (first {where})", raw.where))
+            continue
+        seen[utt.id] = Problem(raw.line, "", raw.where)
+        scan.utterances.append(utt)
+        scan.notes.extend(Problem(raw.line, n, raw.where) for n in notes)
     return scan
 
 
 def read_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
-                  max_duration: float | None = None, text_needed_by: str | None = "training and evaluation"
-                  ) -> list[Utterance]:
+                  max_duration: float | None = None, text_needed_by: str | None = "training and evaluation",
+                  options: ReadOptions | None = None) -> list[Utterance]:
     """Strict reading: every line must be usable and there must be at least one (`text_needed_by`
-    as `scan_manifest`)."""
+    and `options` as `scan_manifest`)."""
     scan = scan_manifest(path, check_audio=check_audio, min_duration=min_duration, max_duration=max_duration,
-                         text_needed_by=text_needed_by)
+                         text_needed_by=text_needed_by, options=options)
     if scan.problems:
         raise ManifestError(path, scan.problems)
     if not scan.utterances:
@@ -150,11 +179,12 @@ def sample_problems(utterances: list[Utterance]) -> list[Problem]:
     """What only decoding shows (`asr-rl data check --deep`): a file whose samples are NaN or
     infinite, or whose data stops short of its header's length. One file in memory at a time."""
     out = []
-    for u in utterances:
+    for i, u in enumerate(utterances):
         try:
             load_audio(u.audio, 16000)
         except AudioError as e:
-            out.append(Problem(int(u.source.rsplit(":", 1)[1]), str(e)))
+            tail = u.source.rsplit(":", 1)[-1]
+            out.append(Problem(int(tail) if tail.isdigit() else i, str(e), u.source))
     return out
 
 
@@ -162,29 +192,42 @@ class _LineError(ValueError):
     pass
 
 
-def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_duration: float,
-                max_duration: float | None, text_needed_by: str | None) -> tuple[Utterance, list[str]]:
-    try:
-        row = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise _LineError(f"malformed JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(row, dict):
-        raise _LineError(f"expected a JSON object, got {type(row).__name__}")
-    if "audio" not in row:
-        raise _LineError("missing `audio`")
-    text, audio, language = _check_text(row.get("text"), text_needed_by), row["audio"], row.get("language")
+@dataclass(frozen=True)
+class _RowCheck:
+    """What every row is checked against; `names` maps a field to the user's name for it."""
+
+    base: Path
+    names: dict[str, str]
+    check_audio: bool
+    min_duration: float
+    max_duration: float | None
+    text_needed_by: str | None
+    language: str | None
+
+
+_IDENTITY = {f: f for f in _KNOWN_FIELDS}
+
+
+def _parse_row(row: dict, source: str, check: _RowCheck) -> tuple[Utterance, list[str]]:
+    name = check.names
+    if row.get("audio") is None:
+        raise _LineError(f"missing `{name['audio']}`")
+    text, audio = _check_text(row.get("text"), check.text_needed_by, name["text"]), row["audio"]
+    language = row.get("language") if row.get("language") is not None else check.language
     if not isinstance(audio, str) or not audio.strip():
-        raise _LineError("`audio` must be a non-empty path string")
+        raise _LineError(f"`{name['audio']}` must be a non-empty path string")
     if language is None:
-        raise _LineError("missing `language` (e.g. \"en\" or \"zh\")")
+        raise _LineError(f"missing `{name['language']}` (e.g. \"en\" or \"zh\"; data.language=CODE sets it for "
+                         "every row without one)")
     if language not in LANGUAGE_NAMES:
-        raise _LineError(f"unknown language {language!r}; valid codes: {', '.join(sorted(LANGUAGE_NAMES))}")
+        raise _LineError(f"unknown language {language!r}; valid codes: {', '.join(sorted(LANGUAGE_NAMES))} "
+                         f"(from `{name['language']}`)")
     keywords = row.get("keywords") or []
     if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
         raise _LineError("`keywords` must be a list of strings")
     context = check_context(row.get("context", []))
-    audio_path = Path(audio) if os.path.isabs(audio) else (path.parent / audio)
-    duration, notes = _check_duration(row, audio_path, check_audio, min_duration, max_duration)
+    audio_path = Path(audio) if os.path.isabs(audio) else (check.base / audio)
+    duration, notes = _check_duration(row, audio_path, check, name["duration"])
     if text == "":
         notes.append("empty `text`: a non-speech line (nobody speaks; eval counts words written there)")
     utt_id = str(row.get("id") or Path(audio).stem)
@@ -193,18 +236,18 @@ def _parse_line(raw: str, path: Path, lineno: int, check_audio: bool, min_durati
     return Utterance(id=utt_id, audio=str(audio_path.resolve()), text=text, language=language,
                      keywords=tuple(keywords), duration=duration,
                      speaker=str(speaker) if speaker is not None else None, context=context, meta=meta,
-                     source=f"{path}:{lineno}"), notes
+                     source=source), notes
 
 
-def _check_text(text, needed_by: str | None) -> str | None:
+def _check_text(text, needed_by: str | None, name: str = "text") -> str | None:
     """A line's transcript: None when absent (unlabelled), "" when nobody speaks."""
     if text is None:
         if needed_by:
-            raise _LineError(f"missing `text` (the transcript): {needed_by} needs one; lines without one are "
+            raise _LineError(f"missing `{name}` (the transcript): {needed_by} needs one; lines without one are "
                              "unlabelled audio, which only RL takes")
         return None
     if not isinstance(text, str):
-        raise _LineError(f"`text` must be a string (the transcript), got {type(text).__name__} {text!r}")
+        raise _LineError(f"`{name}` must be a string (the transcript), got {type(text).__name__} {text!r}")
     return text.strip() and text
 
 
@@ -259,13 +302,12 @@ def _json_context(path: Path, text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
-def _check_duration(row: dict, audio_path: Path, check_audio: bool, min_duration: float,
-                    max_duration: float | None) -> tuple[float | None, list[str]]:
+def _check_duration(row: dict, audio_path: Path, check: _RowCheck, name: str) -> tuple[float | None, list[str]]:
     notes: list[str] = []
-    duration = row.get("duration")
+    duration, min_duration, max_duration = row.get("duration"), check.min_duration, check.max_duration
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))):
-        raise _LineError(f"`duration` must be a number of seconds, got {duration!r}")
-    if check_audio:
+        raise _LineError(f"`{name}` must be a number of seconds, got {duration!r}")
+    if check.check_audio:
         try:
             info = audio_info(audio_path)
         except AudioError as e:

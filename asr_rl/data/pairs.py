@@ -95,16 +95,19 @@ def preference_kind(path: str | os.PathLike) -> str | None:
     `train dpo` read), or None (a plain manifest)."""
     if not Path(path).is_file():
         return None  # the manifest's reader names it
-    with open(path, encoding="utf-8") as f:
-        for raw in f:
-            try:
-                row = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                if {"chosen", "rejected"} & row.keys():
-                    return "text_pairs" if "prompt" in row and "audio" not in row else "paired"
-                return "unpaired" if "completion" in row else None
+    try:
+        with open(path, encoding="utf-8") as f:
+            for raw in f:
+                try:
+                    row = json.loads(raw)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(row, dict):
+                    if {"chosen", "rejected"} & row.keys():
+                        return "text_pairs" if "prompt" in row and "audio" not in row else "paired"
+                    return "unpaired" if "completion" in row else None
+    except UnicodeDecodeError:
+        return None  # not text (a parquet file): not a preference file
     return None
 
 

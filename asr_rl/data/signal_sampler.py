@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from asr_rl.config import DataConfig
 from asr_rl.data.batching import UtteranceSampler
+from asr_rl.data.readers import ReadingDataConfig
 from asr_rl.registry import Registry
 from asr_rl.settings import setting
 
@@ -40,8 +40,9 @@ SAMPLERS: Registry[Callable[[int, int, int, Any], Any]] = Registry("data.sampler
 
 
 @dataclass(frozen=True)
-class RLDataConfig(DataConfig):
-    """`data` of RL: the shared settings plus the utterance sampler.
+class RLDataConfig(ReadingDataConfig):
+    """`data` of RL: the shared settings, how the training set is read (data/readers `ReadOptions`:
+    `format`, `text_column`, ...) and the utterance sampler.
 
     Attributes:
         sampler: `uniform` (each utterance once an epoch, in a seeded order) or `signal` (utterances
@@ -59,6 +60,7 @@ class RLDataConfig(DataConfig):
     sampler_decay: float = setting(0.5, ge=0, lt=1)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         SAMPLERS.check(self.sampler)
 
 

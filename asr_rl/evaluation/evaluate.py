@@ -104,7 +104,7 @@ def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_be
                          f"({len(scan.unlabelled)} of {len(scan.utterances)} lines lack one); unlabelled audio is "
                          "for RL, or label it first (`asr-rl data pseudo-label`)")
     for p in scan.problems:
-        log.warning("%s:%d: %s (skipped, counted as failed)", manifest, p.line, p.message)
+        log.warning("%s: %s (skipped, counted as failed)", p.at(manifest), p.message)
     utts = scan.utterances[:max_utterances] if max_utterances else scan.utterances
     utts = [replace(u, context=context) if context and not u.context else u for u in utts]
     if not utts and not scan.problems:

@@ -12,6 +12,7 @@ from asr_rl.config import RunConfig
 from asr_rl.settings import setting
 from asr_rl.rewards.config import RewardConfig
 from asr_rl.data.augment import AugmentConfig
+from asr_rl.data.readers import ReadingDataConfig
 from asr_rl.data.signal_sampler import RLDataConfig
 from asr_rl.trainer.configs.early_stopping import EarlyStoppingConfig
 from asr_rl.trainer.configs.optim import AdamWConfig, OptimConfig
@@ -35,6 +36,7 @@ class SFTConfig(EarlyStoppingConfig, RunConfig):
         ctc_labels_per_frame: CTC slots each encoder frame predicts (the encoder is slower than speech).
         token_dropout: share of teacher-forced input tokens replaced by random ones (labels kept),
             which pushes a small decoder to listen instead of guessing from the text so far.
+        data: the shared `data` section plus how `train_manifest` is read (data/readers `ReadOptions`).
     """
 
     train_batch_size: int = setting(16, ge=1)
@@ -47,6 +49,7 @@ class SFTConfig(EarlyStoppingConfig, RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    data: ReadingDataConfig = field(default_factory=ReadingDataConfig)
 
     def __post_init__(self) -> None:
         if self.train_batch_size % self.micro_train_batch_size:

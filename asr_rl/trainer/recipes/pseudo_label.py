@@ -104,7 +104,7 @@ def pseudo_label(model: str, manifest: str, out: str, *, best_of: int = 1, rewar
         raise ValueError("best-of-N needs both --best-of N (N >= 2) and --reward SPEC; greedy labels take neither")
     # step 1: the lines, and the reward checked against them, before any model loads
     scan = scan_manifest(manifest, text_needed_by=None)
-    report.bad += [f"{manifest}:{p.line}: {p.message}" for p in scan.problems]
+    report.bad += [f"{p.at(manifest)}: {p.message}" for p in scan.problems]
     if not scan.utterances and not scan.problems:
         raise ValueError(f"manifest {manifest} holds no utterances")
     reward_cfg = reward_spec_config(reward) if reward else None

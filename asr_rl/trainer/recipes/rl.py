@@ -57,7 +57,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         if not cfg.train_manifest:
             raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
         utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
-                             text_needed_by=None)
+                             text_needed_by=None, options=cfg.data)
         check_unlabelled(cfg, utts)
         # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
         tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer

@@ -95,7 +95,8 @@ def train_sft(cfg: SFTConfig):
     require_audio_llm(cfg.pretrain)
     with setup_run(cfg) as ctx:
         utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
-                             max_duration=cfg.data.max_duration, text_needed_by="SFT")
+                             max_duration=cfg.data.max_duration, text_needed_by="SFT",
+                             options=cfg.data)
         tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
         require_writable(utts, tokenizer)
         # the reference is the response: the longest one bounds what the prompt leaves room for

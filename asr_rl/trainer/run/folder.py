@@ -29,9 +29,11 @@ LOCK_FILE = ".lock"
 RESUMABLE_CHANGES = {"resume", "overwrite_output_dir", "max_steps", "max_minutes", "save_steps", "eval_steps",
                      "eval_manifest", "max_ckpt_num", "num_threads", "device", "logging", "eval",
                      "distributed.ray_num_cpus"}
-# Path settings: (key, kind) checked up front; "model" = a folder with config.json.
+# Path settings: (key, kind) checked up front; "model" = a folder with config.json, "data" = a file
+# or a dataset folder (data/readers: a `datasets` or Kaldi folder).
 PATH_KEYS = (("pretrain", "model"), ("critic_pretrain", "model"), ("reward_pretrain", "model"),
-             ("train_manifest", "file"), ("prompt_data", "file"), ("eval_manifest", "file"), ("reward.file", "file"))
+             ("train_manifest", "data"), ("prompt_data", "file"), ("eval_manifest", "data"), ("reward.file", "file"))
+_KINDS = {"model": "a model folder with config.json", "file": "a file", "data": "a file or a dataset folder"}
 
 
 def check_paths(cfg) -> None:
@@ -42,10 +44,9 @@ def check_paths(cfg) -> None:
         if not value:
             continue
         path = Path(value)
-        ok = (path / "config.json").is_file() if kind == "model" else path.is_file()
+        ok = {"model": (path / "config.json").is_file(), "file": path.is_file(), "data": path.exists()}[kind]
         if not ok:
-            what = "a model folder with config.json" if kind == "model" else "a file"
-            raise ConfigError(f"`{key}={value}`: {path} is not {what}")
+            raise ConfigError(f"`{key}={value}`: {path} is not {_KINDS[kind]}")
 
 
 class RunLock:

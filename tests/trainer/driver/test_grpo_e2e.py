@@ -172,3 +172,18 @@ def test_the_shared_prefix_step_equals_the_repeated_prompt_step(tiny_model, tiny
     assert max(diffs.values()) <= 1e-6, {n: d for n, d in diffs.items() if d > 1e-6}
     rows = [read_metrics(tmp_path / f"shared_{s}") for s in (False, True)]
     assert [r["reward/mean"] for r in rows[0]] == [r["reward/mean"] for r in rows[1]]
+
+
+def test_grpo_runs_from_a_kaldi_folder_in_one_language(tiny_model, tiny_corpus, tmp_path):
+    """`train_manifest=` a Kaldi/WeNet folder (wav.scp + text, no utt2lang): `data.language` gives the
+    language of every utterance, and the loop runs on it as on the JSONL manifest."""
+    from asr_rl.data.manifest import read_manifest
+
+    utts = [u for u in read_manifest(tiny_corpus / "train.jsonl") if u.language == "en"]
+    folder = tmp_path / "kaldi"
+    folder.mkdir()
+    (folder / "wav.scp").write_text("".join(f"{u.id} {u.audio}\n" for u in utts))
+    (folder / "text").write_text("".join(f"{u.id} {u.text}\n" for u in utts), encoding="utf-8")
+    run_audio_rl(load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "run", "max_steps=1",
+                                                         f"train_manifest={folder}", "data.language=en")))
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1]

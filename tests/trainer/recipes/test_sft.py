@@ -337,3 +337,20 @@ def test_a_context_list_longer_than_the_model_takes_is_refused_naming_its_line_b
         err = capsys.readouterr().err
         assert f"train_manifest: {manifest}:5 (context): the context list of 10000 items is" in err
         assert "exceed the model's" in err and "allocate" not in err
+
+
+def test_sft_runs_from_a_datasets_folder_with_a_mapped_text_column(tiny_model, tiny_corpus, tmp_path):
+    """The training set as a `datasets` save_to_disk folder (audio as bytes, the transcript in
+    `sentence`): `train_manifest=` takes the folder, `data.text_column=` maps the column."""
+    datasets = pytest.importorskip("datasets")
+    from asr_rl.data.manifest import read_manifest
+
+    utts = read_manifest(tiny_corpus / "train.jsonl")
+    ds = datasets.Dataset.from_dict({
+        "id": [u.id for u in utts], "audio": [{"bytes": Path(u.audio).read_bytes(), "path": None} for u in utts],
+        "sentence": [u.text for u in utts], "language": [u.language for u in utts]})
+    ds.cast_column("audio", datasets.Audio()).save_to_disk(str(tmp_path / "hf"))
+    train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", f"train_manifest={tmp_path / 'hf'}",
+                   "data.text_column=sentence", "max_steps=1"))
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["step"] == 1 and row["loss/ce"] > 0

@@ -1,0 +1,131 @@
+"""Kaldi/WeNet data folders: `wav.scp` (`<recording> <path>`) and `text` (`<utterance> <words>`),
+optionally `segments` (`<utterance> <recording> <start> <end>` in seconds; end -1 = the end of the
+file), `utt2spk`, `utt2lang` and `utt2dur`.
+
+Without `segments` each recording is an utterance; with it each segment is one, read as that span
+of its recording (audio_refs.py `segment_ref`: soundfile reads just those frames; nothing is cut
+to disk). Relative paths in `wav.scp` resolve against the data folder. Command entries (`... |`)
+and archive offsets (`foo.ark:12`) are refused per row: asr-rl reads audio files. An utterance
+without a line in `text` is unlabelled; without `utt2lang` the language is `data.language`.
+Problems name the file, line and utterance (`data/train/text:3 (utt3)`).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from asr_rl.data.audio_refs import segment_ref
+from asr_rl.data.readers.base import READERS, RawRow, ReadOptions, Rows
+
+COLUMNS = {"audio": "wav.scp", "text": "text", "speaker": "utt2spk", "language": "utt2lang", "duration": "utt2dur"}
+_PER_UTTERANCE = (("text", "text"), ("speaker", "utt2spk"), ("language", "utt2lang"), ("duration", "utt2dur"))
+
+
+@dataclass
+class _Table:
+    """`<key> <value>` lines of one file: {key: (line, value)}, and the rows it could not read."""
+
+    file: Path
+    entries: dict[str, tuple[int, str]]
+    bad: list[RawRow]
+
+    def where(self, line: int, key: str) -> str:
+        return f"{self.file}:{line} ({key})"
+
+
+def _detect(path: Path) -> str | None:
+    return "a Kaldi/WeNet data folder (wav.scp)" if path.is_dir() and (path / "wav.scp").is_file() else None
+
+
+@READERS.register("kaldi", detect=_detect)
+def read_kaldi(path: Path, options: ReadOptions) -> Rows:
+    if not (path / "wav.scp").is_file():
+        raise ValueError(f"{path} holds no wav.scp: a Kaldi/WeNet data folder lists its audio there")
+    tables = {name: _read_table(path / name, empty_ok=name == "text")
+              for name in ("wav.scp", "text", "utt2spk", "utt2lang", "utt2dur") if (path / name).is_file()}
+    return Rows(_rows(path, tables), base=path, columns=dict(COLUMNS))
+
+
+def _rows(path: Path, tables: dict[str, _Table]) -> Iterator[RawRow]:
+    for table in tables.values():
+        yield from table.bad
+    wavs = tables["wav.scp"]
+    segments = path / "segments"
+    units = _segments(segments, wavs) if segments.is_file() else (
+        (line, rec, _audio(wavs, rec), wavs.where(line, rec)) for rec, (line, _) in wavs.entries.items())
+    seen = set()
+    for line, utt, audio, where in units:
+        seen.add(utt)
+        if isinstance(audio, RawRow):
+            yield audio
+            continue
+        fields = {"id": utt, "audio": audio}
+        for field, name in _PER_UTTERANCE:
+            if name in tables and utt in tables[name].entries:
+                value = tables[name].entries[utt][1]
+                fields[field] = _number(value) if field == "duration" and _number(value) is not None else value
+        yield RawRow(line, fields, where=where)
+    for _, name in _PER_UTTERANCE:  # lines for utterances that are not there: a mismatched folder
+        unknown = [(utt, line) for utt, (line, _) in tables[name].entries.items() if utt not in seen] \
+            if name in tables else []
+        for utt, line in unknown:
+            yield RawRow(line, error=f"utterance {utt!r} is not in `{'segments' if segments.is_file() else 'wav.scp'}`",
+                         where=tables[name].where(line, utt))
+
+
+def _read_table(file: Path, empty_ok: bool = False) -> _Table:
+    table = _Table(file, {}, [])
+    with open(file, encoding="utf-8") as f:
+        for line, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            key, *rest = raw.split(maxsplit=1)  # the key, then the rest of the line (spaces or tabs)
+            value = rest[0].strip() if rest else ""
+            if key in table.entries:
+                table.bad.append(RawRow(line, error=f"duplicate key {key!r} (first on line {table.entries[key][0]})",
+                                        where=table.where(line, key)))
+            elif not value and not empty_ok:
+                table.bad.append(RawRow(line, error=f"expected `<id> <value>`, got {raw.strip()!r}",
+                                        where=table.where(line, key)))
+            else:
+                table.entries[key] = (line, value)
+    return table
+
+
+def _audio(wavs: _Table, rec: str) -> str | RawRow:
+    """The absolute path `wav.scp` gives `rec`, or an error row."""
+    line, value = wavs.entries[rec]
+    if value.endswith("|"):
+        return RawRow(line, error=f"`wav.scp` gives a command (`{value}`), not a file: asr-rl reads audio files; "
+                                  "write the audio out (e.g. with sox) and list the files", where=wavs.where(line, rec))
+    return value if os.path.isabs(value) else str(wavs.file.parent / value)
+
+
+def _segments(file: Path, wavs: _Table) -> Iterator[tuple[int, str, str | RawRow, str]]:
+    """(line, utterance, audio reference or error row, where) of every line of `segments`."""
+    with open(file, encoding="utf-8") as f:
+        for line, raw in enumerate(f, start=1):
+            parts = raw.split()
+            if not parts:
+                continue
+            where = f"{file}:{line} ({parts[0]})"
+            if len(parts) != 4 or _number(parts[2]) is None or _number(parts[3]) is None:
+                yield line, parts[0], RawRow(line, error=f"expected `<utterance> <recording> <start> <end>`, got "
+                                                         f"{raw.strip()!r}", where=where), where
+            elif parts[1] not in wavs.entries:
+                yield line, parts[0], RawRow(line, error=f"recording {parts[1]!r} is not in `wav.scp`",
+                                             where=where), where
+            else:
+                audio = _audio(wavs, parts[1])
+                start, end = float(parts[2]), float(parts[3])
+                ref = audio if isinstance(audio, RawRow) else segment_ref(audio, start, None if end < 0 else end)
+                yield line, parts[0], ref, where
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
