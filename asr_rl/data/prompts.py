@@ -55,20 +55,13 @@ class PreferencePair:
 
 
 def _rows(path: Path):
+    """(line number, object, None) of each line of a JSONL prompt file, or (line, None, why)."""
+    from asr_rl.data.readers.base import json_lines
+
     if not path.is_file():
         raise FileNotFoundError(f"prompt set {path} does not exist")
-    with open(path, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if raw.strip():
-                try:
-                    row = json.loads(raw)
-                except json.JSONDecodeError as e:
-                    yield lineno, None, f"malformed JSON ({e.msg} at column {e.colno})"
-                    continue
-                if not isinstance(row, dict):
-                    yield lineno, None, f"expected a JSON object, got {type(row).__name__}"
-                    continue
-                yield lineno, row, None
+    for lineno, row, err in json_lines(path):
+        yield lineno, row, err or None
 
 
 def read_prompts(path: str | os.PathLike, input_key: str = "prompt", label_key: str = "label") -> list[PromptItem]:
