@@ -20,6 +20,7 @@ import numpy as np
 
 from asr_rl.data.audio import AudioError, load_audio
 from asr_rl.data.manifest import Utterance
+from asr_rl.data.utterance_table import context_chars_of, durations_of
 
 
 class Augmenter(Protocol):
@@ -162,6 +163,7 @@ class UtteranceSampler:
     lengths: list[float] | None = None
     bucket_batches: int = 0
     position: DataPosition = field(default_factory=DataPosition)
+    _cached: tuple[int, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.num_items < 1:
@@ -188,11 +190,17 @@ class UtteranceSampler:
         batches = order.reshape(-1, self.batch_size)
         return batches[rng.permutation(len(batches))].reshape(-1)
 
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        """`_order(epoch)`, drawn once per epoch (not once per batch: O(corpus) work a step)."""
+        if self._cached is None or self._cached[0] != epoch:
+            self._cached = (epoch, self._order(epoch))
+        return self._cached[1]
+
     def next_indices(self) -> list[int]:
         if self.position.index + self.batch_size > self.num_items:
             self.position = DataPosition(self.position.epoch + 1, 0)
         start = self.position.index
-        idx = self._order(self.position.epoch)[start:start + self.batch_size]
+        idx = self._epoch_order(self.position.epoch)[start:start + self.batch_size]
         self.position = DataPosition(self.position.epoch, start + self.batch_size)
         return [int(i) for i in idx]
 
@@ -221,8 +229,13 @@ POSITIONS_PER_SECOND = 25.0
 def prompt_length(item) -> float:
     """What bucketing sorts by: an utterance's seconds of audio plus its context list's characters
     in seconds of audio positions (a 100-item list is as long as ~30 s of audio); 0 for other items."""
-    context = getattr(item, "context", ())
-    return (getattr(item, "duration", None) or 0.0) + sum(len(c) + 2 for c in context) / POSITIONS_PER_SECOND
+    return float(prompt_lengths([item])[0])
+
+
+def prompt_lengths(items) -> np.ndarray:
+    """`prompt_length` of each item `(n,)`; a packed table's from its columns (the index's
+    durations: no row decoded, no audio opened)."""
+    return durations_of(items) + context_chars_of(items) / POSITIONS_PER_SECOND
 
 
 class BatchLoader:
@@ -238,13 +251,19 @@ class BatchLoader:
         self.sample_rate = sample_rate
         self.make_batch = make_batch
         self.augmenter = augmenter
-        lengths = [prompt_length(u) for u in utterances] if bucket_batches > 0 else None
+        lengths = prompt_lengths(utterances) if bucket_batches > 0 else None
         self.sampler = sampler if sampler is not None else UtteranceSampler(
             len(utterances), batch_size, seed=seed, shuffle=shuffle, lengths=lengths, bucket_batches=bucket_batches)
-        self._position = {id(u): i for i, u in enumerate(utterances)}  # item -> index, for `feedback`
+        # item -> (item, index) of the items drawn lately, for `feedback` (16 batches: more than an
+        # asynchronous loop's lag and its refill rounds); a map of the whole set would cost ~100
+        # bytes an item, and a packed table's items are made when drawn
+        self._drawn: dict[int, tuple[object, int]] = {}
+        self._keep_drawn = max(4096, 16 * batch_size)
 
     def next_batch(self):
-        items = [self.utterances[i] for i in self.sampler.next_indices()]
+        index = self.sampler.next_indices()
+        items = [self.utterances[i] for i in index]
+        self._remember(items, index)
         if self.make_batch is not None:
             return self.make_batch(items)
         return lazy_batch(items, self.sample_rate, self.augmenter, self.epoch)
@@ -256,10 +275,17 @@ class BatchLoader:
     def feedback(self, items: list, rewards: list[list[float]]) -> None:
         """Each drawn item's scored group (`rewards[k]`, all its members') back to the sampler."""
         try:
-            index = [self._position[id(item)] for item in items]
+            index = [self._drawn[id(item)][1] for item in items]
         except KeyError:
             raise ValueError("feedback names an item this loader did not draw") from None
         self.sampler.feedback(index, rewards)
+
+    def _remember(self, items: list, index: list[int]) -> None:
+        for item, i in zip(items, index):
+            self._drawn.pop(id(item), None)  # re-inserted last: the dict keeps the order drawn
+            self._drawn[id(item)] = (item, i)  # the item held: its id() stays its own
+        while len(self._drawn) > self._keep_drawn:
+            del self._drawn[next(iter(self._drawn))]
 
     def metrics(self) -> dict[str, float]:
         """The sampler's `sampler/*` logs (none for the uniform one)."""

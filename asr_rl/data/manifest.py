@@ -23,10 +23,12 @@ audio reference (data/audio_refs.py) that `load_audio` opens.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,10 +41,11 @@ log = logging.getLogger(__name__)
 _KNOWN_FIELDS = ("id", "audio", "text", "language", "keywords", "duration", "speaker", "context")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Utterance:
     """One manifest line (or a row of another format), with `audio` an absolute path or an audio
-    reference (data/audio_refs.py: a table row's bytes, a segment of a long file)."""
+    reference (data/audio_refs.py: a table row's bytes, a segment of a long file). Slotted: a
+    training set holds one per line (packed while it waits: data/utterance_table.py)."""
 
     id: str
     audio: str
@@ -77,7 +80,7 @@ class ManifestScan:
     path: Path
     format: str = ""  # the reader's name (data/readers)
     format_reason: str = ""  # why it was chosen: `data.format=...` or what was recognised
-    utterances: list[Utterance] = field(default_factory=list)
+    utterances: Sequence[Utterance] = field(default_factory=list)  # an UtteranceTable once scanned
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
 
@@ -114,12 +117,15 @@ class ManifestError(ValueError):
 
 def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
                   max_duration: float | None = None, text_needed_by: str | None = "training and evaluation",
-                  options: ReadOptions | None = None) -> ManifestScan:
+                  options: ReadOptions | None = None, trust_durations: bool = False) -> ManifestScan:
     """Parse and validate every row of `path`: a JSONL manifest, or any format in `READERS`
     (`options.format`, or recognised from the path; the choice is logged).
 
     With `check_audio`, each audio header is read (existence, readability, length); durations come
-    from the file, otherwise from the line's `duration` field when present. `text_needed_by` names
+    from the file, otherwise from the line's `duration` field when present. With `trust_durations`
+    too, only the headers of rows without a `duration` are read: start-up then costs what reading
+    the index costs, at any size, and a missing or unreadable file is reported when a batch loads
+    it (data/batching.py `load_utterance`, naming the row). `text_needed_by` names
     what needs transcripts (a line without `text` is then a problem naming it); None accepts
     unlabelled lines (RL). `options` maps columns and sets the default language (data/readers).
     """
@@ -128,11 +134,12 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
         raise FileNotFoundError(f"manifest {path} does not exist")
     fmt, why = choose_reader(path, options.format)
     log.info("%s: read as %s (%s)", path, fmt, why)
+    from asr_rl.data.utterance_table import UtteranceTable  # it stores this module's Utterance
     rows = READERS.get(fmt)(path, options)
     check = _RowCheck(rows.base, {**_IDENTITY, **rows.columns}, check_audio, min_duration, max_duration,
-                      text_needed_by, options.language)
-    scan = ManifestScan(path=path, format=fmt, format_reason=why)
-    seen: dict[str, Problem] = {}
+                      text_needed_by, options.language, trust_durations)
+    scan = ManifestScan(path=path, format=fmt, format_reason=why, utterances=UtteranceTable())
+    seen: dict[str, int | str] = {}  # id -> where it first was: its line, or its `where`
     for raw in rows.rows:
         try:
             if raw.error:  # the reader could not make fields of the row
@@ -143,10 +150,10 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
             continue
         if utt.id in seen:
             first = seen[utt.id]
-            where = f"at {first.where}" if first.where else f"on line {first.line}"
+            where = f"at {first}" if isinstance(first, str) else f"on line {first}"
             scan.problems.append(Problem(raw.line, f"duplicate id {utt.id!r} (first {where})", raw.where))
             continue
-        seen[utt.id] = Problem(raw.line, "", raw.where)
+        seen[utt.id] = raw.where or raw.line
         scan.utterances.append(utt)
         scan.notes.extend(Problem(raw.line, n, raw.where) for n in notes)
     return scan
@@ -154,11 +161,12 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
 
 def read_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
                   max_duration: float | None = None, text_needed_by: str | None = "training and evaluation",
-                  options: ReadOptions | None = None) -> list[Utterance]:
-    """Strict reading: every line must be usable and there must be at least one (`text_needed_by`
-    and `options` as `scan_manifest`)."""
+                  options: ReadOptions | None = None, trust_durations: bool = False) -> Sequence[Utterance]:
+    """Strict reading: every line must be usable and there must be at least one (`text_needed_by`,
+    `options` and `trust_durations` as `scan_manifest`). The utterances come packed (an
+    `UtteranceTable`: a sequence that decodes an item when it is asked for)."""
     scan = scan_manifest(path, check_audio=check_audio, min_duration=min_duration, max_duration=max_duration,
-                         text_needed_by=text_needed_by, options=options)
+                         text_needed_by=text_needed_by, options=options, trust_durations=trust_durations)
     if scan.problems:
         raise ManifestError(path, scan.problems)
     if not scan.utterances:
@@ -203,6 +211,7 @@ class _RowCheck:
     max_duration: float | None
     text_needed_by: str | None
     language: str | None
+    trust_durations: bool = False
 
 
 _IDENTITY = {f: f for f in _KNOWN_FIELDS}
@@ -226,17 +235,30 @@ def _parse_row(row: dict, source: str, check: _RowCheck) -> tuple[Utterance, lis
     if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
         raise _LineError("`keywords` must be a list of strings")
     context = check_context(row.get("context", []))
-    audio_path = Path(audio) if os.path.isabs(audio) else (check.base / audio)
+    audio_path = audio if os.path.isabs(audio) else os.path.join(check.base, audio)  # str: Path costs µs a row
     duration, notes = _check_duration(row, audio_path, check, name["duration"])
     if text == "":
         notes.append("empty `text`: a non-speech line (nobody speaks; eval counts words written there)")
     utt_id = str(row.get("id") or Path(audio).stem)
     meta = {k: v for k, v in row.items() if k not in _KNOWN_FIELDS}
     speaker = row.get("speaker")
-    return Utterance(id=utt_id, audio=str(audio_path.resolve()), text=text, language=language,
+    return Utterance(id=utt_id, audio=_resolved(audio_path), text=text, language=language,
                      keywords=tuple(keywords), duration=duration,
                      speaker=str(speaker) if speaker is not None else None, context=context, meta=meta,
                      source=source), notes
+
+
+def _resolved(audio: str) -> str:
+    """`audio` absolute, its folder resolved: what `Path.resolve` gives for a file that is not a
+    link, at one `realpath` per folder instead of an `lstat` per path component per row (reading a
+    300k-line manifest spent most of its time there)."""
+    folder, name = os.path.split(audio)
+    return os.path.join(_real_folder(folder), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_folder(folder: str) -> str:
+    return os.path.realpath(folder)
 
 
 def _check_text(text, needed_by: str | None, name: str = "text") -> str | None:
@@ -302,12 +324,12 @@ def _json_context(path: Path, text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
-def _check_duration(row: dict, audio_path: Path, check: _RowCheck, name: str) -> tuple[float | None, list[str]]:
+def _check_duration(row: dict, audio_path: str, check: _RowCheck, name: str) -> tuple[float | None, list[str]]:
     notes: list[str] = []
     duration, min_duration, max_duration = row.get("duration"), check.min_duration, check.max_duration
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))):
         raise _LineError(f"`{name}` must be a number of seconds, got {duration!r}")
-    if check.check_audio:
+    if check.check_audio and not (check.trust_durations and duration is not None):
         try:
             info = audio_info(audio_path)
         except AudioError as e:

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 
 PAD, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 # ChatML, as Qwen's text models render a conversation (the text RLHF path's default).
@@ -163,8 +165,13 @@ def require_writable(utterances, tokenizer, what: str = "train_manifest") -> Non
     """ValueError naming the lines (up to 10) and characters of `utterances` the model cannot write,
     in their transcripts or their context lists (prompt text: a dropped character would change a
     listed name without a word)."""
-    bad = unwritable_chars(tokenizer, written_texts(utterances))
-    if bad:
+    chars: set[str] = set()  # first the distinct characters (a set's update runs in C)
+    for u in utterances:
+        chars.update(u.text or "")
+        chars.update(*u.context)
+    bad = unwritable_chars(tokenizer, [("", "".join(sorted(chars)))])
+    if bad:  # now which lines hold them
+        bad = unwritable_chars(tokenizer, written_texts(utterances))
         chars = sorted({c for _, cs in bad for c in cs})
         lines = "; ".join(f"{where}: {' '.join(cs)}" for where, cs in bad[:10])
         raise ValueError(f"{what}: {len(bad)} transcripts or context lists hold characters the model's tokenizer cannot write "
@@ -202,8 +209,26 @@ def require_prompts_fit(utterances, tokenizer, limit: int | None, max_new_tokens
     room kept for the longest audio (at the prompt positions a second of audio takes) and
     `max_new_tokens`."""
     from asr_rl.data.batching import POSITIONS_PER_SECOND
+    from asr_rl.data.utterance_table import context_chars_of, durations_of
 
-    longest = max((u.duration or 0.0 for u in utterances), default=0.0)
+    longest = float(durations_of(utterances).max(initial=0.0))
     reserve = max_new_tokens + int(POSITIONS_PER_SECOND * longest)
-    require_contexts_fit([(f"{u.source or u.id} (context)", u.context) for u in utterances], tokenizer, limit,
+    with_context = (utterances[int(i)] for i in np.flatnonzero(context_chars_of(utterances)))  # only those decoded
+    require_contexts_fit(((f"{u.source or u.id} (context)", u.context) for u in with_context), tokenizer, limit,
                          reserve, what)
+
+
+def token_ids(tokenizer, texts: Iterable[str], batch: int = 1024) -> dict[str, list[int]]:
+    """{text: its token ids (no special tokens)} of each distinct text, encoded a batch at a time
+    (one call a text costs ~20x more: a 300k-line set spent seconds there)."""
+    unique = list(dict.fromkeys(texts))
+    out = {}
+    for start in range(0, len(unique), batch):
+        chunk = unique[start:start + batch]
+        out.update(zip(chunk, tokenizer(chunk, add_special_tokens=False)["input_ids"]))
+    return out
+
+
+def token_lengths(tokenizer, texts: Iterable[str]) -> dict[str, int]:
+    """{text: its number of tokens} of each distinct text (`token_ids`)."""
+    return {text: len(ids) for text, ids in token_ids(tokenizer, texts).items()}

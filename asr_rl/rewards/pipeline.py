@@ -41,19 +41,30 @@ def check_reward_coverage(cfg: RewardConfig, utterances: list, what: str = "trai
     never apply). A reward file or server gets None as those lines' reference and decides itself."""
     from asr_rl.rewards.terms import TERMS
 
-    unlabelled = [u for u in utterances if u.text is None]
-    if not unlabelled or cfg.file or cfg.remote_url or not cfg.terms:
+    if cfg.file or cfg.remote_url or not cfg.terms:
+        return
+    n_unlabelled, first = count_unlabelled(utterances)
+    if not n_unlabelled:
         return
     needy = [t for t in cfg.terms if TERMS.spec(t).needs_reference]
     free = TERMS.where(needs_reference=False)
-    first = unlabelled[0].source or unlabelled[0].id
     if len(needy) == len(cfg.terms):
         raise ValueError(f"{what}: reward term {needy[0]!r} needs the transcript and {first} has none "
-                         f"({len(unlabelled)} of {len(utterances)} lines are unlabelled); add a term that needs "
+                         f"({n_unlabelled} of {len(utterances)} lines are unlabelled); add a term that needs "
                          f"none ({', '.join(free)}), a reward file (reward.file) or a reward server, or transcripts")
-    if needy and len(unlabelled) == len(utterances):
+    if needy and n_unlabelled == len(utterances):
         raise ValueError(f"{what}: reward term {needy[0]!r} needs the transcript and no line has one (first: {first}): "
                          f"it would never apply; drop it or use the terms that need none ({', '.join(free)})")
+
+
+def count_unlabelled(utterances) -> tuple[int, str | None]:
+    """(how many of `utterances` have no `text`, how the first is named), in one pass that keeps
+    none of them (a pool may hold millions)."""
+    n, first = 0, None
+    for u in utterances:
+        if u.text is None:
+            n, first = n + 1, first or u.source or u.id
+    return n, first
 
 
 def _term_weight(spec: str, item: str) -> tuple[str, float]:

@@ -57,7 +57,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         if not cfg.train_manifest:
             raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
         utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
-                             text_needed_by=None, options=cfg.data)
+                             text_needed_by=None, options=cfg.data, trust_durations=True)
         check_unlabelled(cfg, utts)
         # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
         tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
@@ -75,16 +75,15 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
 def check_unlabelled(cfg: RLConfig, utts) -> None:
     """Unlabelled lines (no `text`) train under a reward that needs no transcript; what else reads
     the transcripts refuses them, naming the setting and the first such line."""
-    from asr_rl.rewards.pipeline import check_reward_coverage
+    from asr_rl.rewards.pipeline import check_reward_coverage, count_unlabelled
 
-    unlabelled = [u for u in utts if u.text is None]
-    if not unlabelled:
+    n_unlabelled, first = count_unlabelled(utts)
+    if not n_unlabelled:
         return
-    first = unlabelled[0].source or unlabelled[0].id
     for key, on in (("rollout.reference_in_group", cfg.rollout.reference_in_group), ("algo.sft_coef", cfg.algo.sft_coef > 0)):
         if on:
             raise ValueError(f"train_manifest: {key} needs each line's transcript and {first} has none "
-                             f"({len(unlabelled)} of {len(utts)} lines are unlabelled); turn it off for unlabelled audio")
+                             f"({n_unlabelled} of {len(utts)} lines are unlabelled); turn it off for unlabelled audio")
     check_reward_coverage(cfg.reward, utts)
 
 
@@ -93,8 +92,12 @@ def longest_prompt(utts):
     longest context list (the memory estimate's prompt length)."""
     import dataclasses
 
-    longest = max(utts, key=lambda u: u.duration or 0.0)
-    return dataclasses.replace(longest, context=max((u.context for u in utts), key=lambda c: len(", ".join(c))))
+    from asr_rl.data.utterance_table import context_chars_of, durations_of
+
+    # from the index's columns: two rows decoded, not all of them (the same picks as max() over the
+    # rows: the first longest; a list's characters order lists as their ", "-joined lengths do)
+    longest = utts[int(durations_of(utts).argmax())]
+    return dataclasses.replace(longest, context=utts[int(context_chars_of(utts).argmax())].context)
 
 
 def run_text_rl(cfg: RLConfig, algo: str = "grpo") -> Path:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.codec import ResponseCodec
-from asr_rl.models.tokenizer import require_prompts_fit, require_writable
+from asr_rl.models.tokenizer import require_prompts_fit, require_writable, token_ids, token_lengths
 from asr_rl.data.augment import VariantAugmenter, mask_states, spec_augment
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
                                            save_checkpoint, save_final, set_rng_state)
@@ -96,14 +96,14 @@ def train_sft(cfg: SFTConfig):
     with setup_run(cfg) as ctx:
         utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
                              max_duration=cfg.data.max_duration, text_needed_by="SFT",
-                             options=cfg.data)
+                             options=cfg.data, trust_durations=True)  # headers are opened only where a row has no duration
         tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
         require_writable(utts, tokenizer)
         # the reference is the response: the longest one bounds what the prompt leaves room for
-        longest = max(len(tokenizer(u.text, add_special_tokens=False)["input_ids"]) for u in utts) + 1
+        longest = max(token_lengths(tokenizer, {u.text for u in utts}).values()) + 1
         require_prompts_fit(utts, tokenizer, prompt_limit(cfg.pretrain), longest, "train_manifest")
         policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
-        ctc_head = _make_ctc_head(policy, cfg, ctx.device, [u.text for u in utts])
+        ctc_head = _make_ctc_head(policy, cfg, ctx.device, utts)
         params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
         strategy = LocalStrategy.from_config(params, cfg.optim, cfg.max_steps)
         # cached variants for a frozen encoder; an encoder that trains hears a fresh variant every epoch
@@ -159,7 +159,7 @@ def _check_finite(loss: torch.Tensor, metrics: dict, step: int, batch) -> None:
                                "later, lower the learning rate")
 
 
-def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead | None:
+def _make_ctc_head(policy, cfg: SFTConfig, device, utts) -> CTCHead | None:
     """CTC trains the encoder: on by default (`ctc_weight` 0.5) only when the encoder trains."""
     weight = cfg.ctc_weight if cfg.ctc_weight is not None else (0.0 if policy.encoder_frozen else 0.5)
     if weight <= 0:
@@ -168,7 +168,7 @@ def _make_ctc_head(policy, cfg: SFTConfig, device, texts: list[str]) -> CTCHead 
         raise ValueError(f"ctc_weight={weight} trains the audio encoder, which is frozen here (a pretrained "
                          "encoder is by default); set ctc_weight=0, or model.freeze_encoder=false to train it")
     d_audio = policy.spec.encoder_width(policy.model.config)
-    labels = {t for text in texts for t in policy.tokenizer(text, add_special_tokens=False)["input_ids"]}
+    labels = {t for ids in token_ids(policy.tokenizer, {u.text for u in utts}).values() for t in ids}
     return CTCHead(d_audio, labels, labels_per_frame=cfg.ctc_labels_per_frame,
                    loss_weight=weight).to(device)
 
