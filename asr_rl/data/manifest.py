@@ -252,8 +252,9 @@ def _resolved(audio: str) -> str:
     """`audio` absolute, its folder resolved: what `Path.resolve` gives for a file that is not a
     link, at one `realpath` per folder instead of an `lstat` per path component per row (reading a
     300k-line manifest spent most of its time there)."""
-    folder, name = os.path.split(audio)
-    return os.path.join(_real_folder(folder), name)
+    folder, _, name = audio.rpartition("/")
+    real = _real_folder(folder or "/")
+    return real + name if real.endswith("/") else f"{real}/{name}"
 
 
 @functools.lru_cache(maxsize=4096)

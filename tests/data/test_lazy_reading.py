@@ -10,7 +10,8 @@ import pytest
 from asr_rl.data import manifest as manifest_module
 from asr_rl.data.audio import AudioError
 from asr_rl.data.batching import BatchLoader, UtteranceSampler, prompt_length, prompt_lengths
-from asr_rl.data.manifest import Utterance, read_manifest
+from asr_rl.data.manifest import Utterance, read_manifest, scan_manifest
+from asr_rl.data.readers import ReadOptions
 from asr_rl.data.signal_sampler import SignalSampler
 from asr_rl.data.utterance_table import UtteranceTable
 from asr_rl.models.tokenizer import require_writable, token_ids, token_lengths
@@ -145,3 +146,20 @@ def test_require_writable_names_the_lines_as_before():
     require_writable(table, CharTokenizer())
     with pytest.raises(ValueError, match=r"2 transcripts or context lists .*/data/m.jsonl:2 \(context\): 小"):
         require_writable(table, CharTokenizer(refused="小灯"))
+
+
+def test_a_kaldi_folder_names_the_first_line_of_a_duplicated_key(tmp_path):
+    """The per-utterance files keep no line numbers (memory); messages still name the lines."""
+    write_tone(tmp_path / "wavs" / "u0.wav", 0.5)
+    write_tone(tmp_path / "wavs" / "u1.wav", 0.5)
+    folder = tmp_path / "kaldi"
+    folder.mkdir()
+    (folder / "wav.scp").write_text(f"u0 {tmp_path}/wavs/u0.wav\nu1 {tmp_path}/wavs/u1.wav\nu0 x.wav\n")
+    (folder / "text").write_text("u0 call anna\n\nu1 turn on\nu1 again\nghost words\n")
+    (folder / "utt2spk").write_text("u0 s1\nu1 s1\n")
+    scan = scan_manifest(folder, options=ReadOptions(language="en"))
+    found = sorted(f"{p.at(folder)}: {p.message}" for p in scan.problems)
+    assert found == [f"{folder / 'text'}:4 (u1): duplicate key 'u1' (first on line 3)",
+                     f"{folder / 'text'}:5 (ghost): utterance 'ghost' is not in `wav.scp`",
+                     f"{folder / 'wav.scp'}:3 (u0): duplicate key 'u0' (first on line 1)"]
+    assert [(u.id, u.text, u.speaker) for u in scan.utterances] == [("u0", "call anna", "s1"), ("u1", "turn on", "s1")]

@@ -25,14 +25,30 @@ _PER_UTTERANCE = (("text", "text"), ("speaker", "utt2spk"), ("language", "utt2la
 
 @dataclass
 class _Table:
-    """`<key> <value>` lines of one file: {key: (line, value)}, and the rows it could not read."""
+    """`<key> <value>` lines of one file: {key: value}, and the rows it could not read. Only
+    `wav.scp` keeps each key's line (its lines number the rows); the per-utterance files look a
+    line up when a message needs it: a line number and a tuple per entry cost ~80 bytes an
+    utterance and file, which a 300k-utterance folder paid in peak memory."""
 
     file: Path
-    entries: dict[str, tuple[int, str]]
+    entries: dict[str, str]
     bad: list[RawRow]
+    lines: dict[str, int] | None = None
 
     def where(self, line: int, key: str) -> str:
         return f"{self.file}:{line} ({key})"
+
+    def line_numbers(self, keys) -> dict[str, int]:
+        """{key: the line that first gives it} of `keys`."""
+        if self.lines is not None:
+            return {k: self.lines[k] for k in keys}
+        wanted, out = set(keys), {}
+        with open(self.file, encoding="utf-8") as f:
+            for line, raw in enumerate(f, start=1):
+                key = raw.split(maxsplit=1)[0] if raw.strip() else None
+                if key in wanted and key not in out:
+                    out[key] = line
+        return out
 
 
 def _detect(path: Path) -> str | None:
@@ -43,8 +59,13 @@ def _detect(path: Path) -> str | None:
 def read_kaldi(path: Path, options: ReadOptions) -> Rows:
     if not (path / "wav.scp").is_file():
         raise ValueError(f"{path} holds no wav.scp: a Kaldi/WeNet data folder lists its audio there")
-    tables = {name: _read_table(path / name, empty_ok=name == "text")
-              for name in ("wav.scp", "text", "utt2spk", "utt2lang", "utt2dur") if (path / name).is_file()}
+    tables = {"wav.scp": _read_table(path / "wav.scp", keep_lines=True)}
+    shared = {k: k for k in tables["wav.scp"].entries}  # each utterance's id held once, not once per file
+    for name in ("text", "utt2spk", "utt2lang", "utt2dur"):
+        if (path / name).is_file():
+            tables[name] = _read_table(path / name, empty_ok=name == "text", keys=shared,
+                                       repeat=name in ("utt2spk", "utt2lang"))
+    del shared
     return Rows(_rows(path, tables), base=path, columns=dict(COLUMNS))
 
 
@@ -54,7 +75,7 @@ def _rows(path: Path, tables: dict[str, _Table]) -> Iterator[RawRow]:
     wavs = tables["wav.scp"]
     segments = path / "segments"
     units = _segments(segments, wavs) if segments.is_file() else (
-        (line, rec, _audio(wavs, rec), wavs.where(line, rec)) for rec, (line, _) in wavs.entries.items())
+        (line, rec, _audio(wavs, rec), wavs.where(line, rec)) for rec, line in wavs.lines.items())
     seen = set()
     for line, utt, audio, where in units:
         seen.add(utt)
@@ -64,19 +85,23 @@ def _rows(path: Path, tables: dict[str, _Table]) -> Iterator[RawRow]:
         fields = {"id": utt, "audio": audio}
         for field, name in _PER_UTTERANCE:
             if name in tables and utt in tables[name].entries:
-                value = tables[name].entries[utt][1]
+                value = tables[name].entries[utt]
                 fields[field] = _number(value) if field == "duration" and _number(value) is not None else value
         yield RawRow(line, fields, where=where)
     for _, name in _PER_UTTERANCE:  # lines for utterances that are not there: a mismatched folder
-        unknown = [(utt, line) for utt, (line, _) in tables[name].entries.items() if utt not in seen] \
-            if name in tables else []
-        for utt, line in unknown:
+        unknown = [utt for utt in tables[name].entries if utt not in seen] if name in tables else []
+        lines = tables[name].line_numbers(unknown) if unknown else {}
+        for utt in unknown:
+            line = lines[utt]
             yield RawRow(line, error=f"utterance {utt!r} is not in `{'segments' if segments.is_file() else 'wav.scp'}`",
                          where=tables[name].where(line, utt))
 
 
-def _read_table(file: Path, empty_ok: bool = False) -> _Table:
-    table = _Table(file, {}, [])
+def _read_table(file: Path, empty_ok: bool = False, keep_lines: bool = False, keys: dict | None = None,
+                repeat: bool = False) -> _Table:
+    """`file`'s entries; `keys` gives the id strings to share, `repeat` stores each distinct value
+    once (speakers, languages)."""
+    table, values = _Table(file, {}, [], {} if keep_lines else None), {}
     with open(file, encoding="utf-8") as f:
         for line, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -84,19 +109,23 @@ def _read_table(file: Path, empty_ok: bool = False) -> _Table:
             key, *rest = raw.split(maxsplit=1)  # the key, then the rest of the line (spaces or tabs)
             value = rest[0].strip() if rest else ""
             if key in table.entries:
-                table.bad.append(RawRow(line, error=f"duplicate key {key!r} (first on line {table.entries[key][0]})",
+                first = table.line_numbers([key])[key]
+                table.bad.append(RawRow(line, error=f"duplicate key {key!r} (first on line {first})",
                                         where=table.where(line, key)))
             elif not value and not empty_ok:
                 table.bad.append(RawRow(line, error=f"expected `<id> <value>`, got {raw.strip()!r}",
                                         where=table.where(line, key)))
             else:
-                table.entries[key] = (line, value)
+                key = keys.get(key, key) if keys is not None else key
+                table.entries[key] = values.setdefault(value, value) if repeat else value
+                if table.lines is not None:
+                    table.lines[key] = line
     return table
 
 
 def _audio(wavs: _Table, rec: str) -> str | RawRow:
     """The absolute path `wav.scp` gives `rec`, or an error row."""
-    line, value = wavs.entries[rec]
+    line, value = wavs.lines[rec], wavs.entries[rec]
     if value.endswith("|"):
         return RawRow(line, error=f"`wav.scp` gives a command (`{value}`), not a file: asr-rl reads audio files; "
                                   "write the audio out (e.g. with sox) and list the files", where=wavs.where(line, rec))
