@@ -155,7 +155,8 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
             continue
         seen[utt.id] = raw.where or raw.line
         scan.utterances.append(utt)
-        scan.notes.extend(Problem(raw.line, n, raw.where) for n in notes)
+        if notes:
+            scan.notes.extend(Problem(raw.line, n, raw.where) for n in notes)
     return scan
 
 

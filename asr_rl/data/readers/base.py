@@ -117,12 +117,15 @@ def choose_reader(path: Path, fmt: str = "auto") -> tuple[str, str]:
 
 
 def rename(row: dict, options: ReadOptions) -> dict:
-    """`row` with the user's column names (`sentence`) renamed to the fields (`text`)."""
+    """`row` with the user's column names (`sentence`) renamed to the fields (`text`); `row`
+    itself when no column is renamed (the default: no copy a row)."""
+    renamed = [(name, column) for name, column in options.mapped().items() if column != name and column in row]
+    if not renamed:
+        return row
     out = dict(row)
-    for name, column in options.mapped().items():
-        if column != name and column in row:
-            out.pop(name, None)
-            out[name] = out.pop(column)
+    for name, column in renamed:
+        out.pop(name, None)
+        out[name] = out.pop(column)
     return out
 
 
