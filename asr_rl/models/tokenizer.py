@@ -165,10 +165,13 @@ def require_writable(utterances, tokenizer, what: str = "train_manifest") -> Non
     """ValueError naming the lines (up to 10) and characters of `utterances` the model cannot write,
     in their transcripts or their context lists (prompt text: a dropped character would change a
     listed name without a word)."""
+    from asr_rl.data.utterance_table import column_of
+
     chars: set[str] = set()  # first the distinct characters (a set's update runs in C)
-    for u in utterances:
-        chars.update(u.text or "")
-        chars.update(*u.context)
+    for text in column_of(utterances, "text"):
+        chars.update(text or "")
+    for context in column_of(utterances, "context"):
+        chars.update(*context)
     bad = unwritable_chars(tokenizer, [("", "".join(sorted(chars)))])
     if bad:  # now which lines hold them
         bad = unwritable_chars(tokenizer, written_texts(utterances))

@@ -59,12 +59,15 @@ def check_reward_coverage(cfg: RewardConfig, utterances: list, what: str = "trai
 
 def count_unlabelled(utterances) -> tuple[int, str | None]:
     """(how many of `utterances` have no `text`, how the first is named), in one pass that keeps
-    none of them (a pool may hold millions)."""
+    none of them (a pool may hold millions; a packed table's transcripts are read without making
+    its items)."""
+    from asr_rl.data.utterance_table import column_of
+
     n, first = 0, None
-    for u in utterances:
-        if u.text is None:
-            n, first = n + 1, first or u.source or u.id
-    return n, first
+    for i, text in enumerate(column_of(utterances, "text")):
+        if text is None:
+            n, first = n + 1, i if first is None else first
+    return n, None if first is None else (utterances[first].source or utterances[first].id)
 
 
 def _term_weight(spec: str, item: str) -> tuple[str, float]:

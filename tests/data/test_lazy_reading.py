@@ -163,3 +163,9 @@ def test_a_kaldi_folder_names_the_first_line_of_a_duplicated_key(tmp_path):
                      f"{folder / 'text'}:5 (ghost): utterance 'ghost' is not in `wav.scp`",
                      f"{folder / 'wav.scp'}:3 (u0): duplicate key 'u0' (first on line 1)"]
     assert [(u.id, u.text, u.speaker) for u in scan.utterances] == [("u0", "call anna", "s1"), ("u1", "turn on", "s1")]
+
+
+def test_a_column_is_each_utterances_field():
+    table = UtteranceTable(UTTERANCES)
+    for name in ("id", "text", "keywords", "context"):
+        assert list(table.column(name)) == [getattr(u, name) for u in UTTERANCES]

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
+from asr_rl.data.utterance_table import column_of
 from asr_rl.models.codec import ResponseCodec
 from asr_rl.models.tokenizer import require_prompts_fit, require_writable, token_ids, token_lengths
 from asr_rl.data.augment import VariantAugmenter, mask_states, spec_augment
@@ -100,7 +101,7 @@ def train_sft(cfg: SFTConfig):
         tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
         require_writable(utts, tokenizer)
         # the reference is the response: the longest one bounds what the prompt leaves room for
-        longest = max(token_lengths(tokenizer, {u.text for u in utts}).values()) + 1
+        longest = max(token_lengths(tokenizer, set(column_of(utts, "text"))).values()) + 1
         require_prompts_fit(utts, tokenizer, prompt_limit(cfg.pretrain), longest, "train_manifest")
         policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
         ctc_head = _make_ctc_head(policy, cfg, ctx.device, utts)
@@ -168,7 +169,7 @@ def _make_ctc_head(policy, cfg: SFTConfig, device, utts) -> CTCHead | None:
         raise ValueError(f"ctc_weight={weight} trains the audio encoder, which is frozen here (a pretrained "
                          "encoder is by default); set ctc_weight=0, or model.freeze_encoder=false to train it")
     d_audio = policy.spec.encoder_width(policy.model.config)
-    labels = {t for ids in token_ids(policy.tokenizer, {u.text for u in utts}).values() for t in ids}
+    labels = {t for ids in token_ids(policy.tokenizer, set(column_of(utts, "text"))).values() for t in ids}
     return CTCHead(d_audio, labels, labels_per_frame=cfg.ctc_labels_per_frame,
                    loss_weight=weight).to(device)
 
