@@ -208,7 +208,8 @@ def _add_run_commands(sub) -> None:
 def _add_reward_commands(sub) -> None:
     reward = sub.add_parser("reward", help="reward server").add_subparsers(dest="reward_cmd", required=True)
     srv = reward.add_parser("serve", help="serve a reward over OpenRLHF's /get_reward protocol")
-    srv.add_argument("--reward", default="builtin:asr", help="builtin:asr, builtin:cer,keyword=0.5,... (term[=weight]) or PATH.py")
+    srv.add_argument("--reward", default="builtin:asr", help="builtin:asr, builtin:cer,keyword=0.5,... (term[=weight]), judge:DIR "
+                                                         "(a reward model trained on `data judge-pairs`) or PATH.py")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1 unless told otherwise)")
     srv.add_argument("--port", type=int, default=5000)
     srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (or $ASR_RL_REWARD_TOKEN)")

@@ -1,4 +1,4 @@
-"""`asr-rl data ...`: check, synth, pairs and pseudo-label (the handlers and their parser).
+"""`asr-rl data ...`: check, synth, pairs, judge-pairs and pseudo-label (the handlers and their parser).
 
 As in cli.py, heavy imports happen inside the handlers, so that `asr-rl --help` and `data check`
 start quickly.
@@ -128,6 +128,20 @@ def _data_pseudo_label(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_judge_pairs(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from asr_rl.data.judge_pairs import make_judge_pairs, read_domain_text
+    from asr_rl.utils import write_jsonl
+
+    sentences = read_domain_text(args.text)
+    rows = make_judge_pairs(sentences, args.per_sentence, args.seed)
+    write_jsonl(args.out, rows)
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(Counter(r["corruption"] for r in rows).items()))
+    print(f"judge-pairs: {len(rows)} pairs from {len(sentences)} sentences ({kinds}) -> {args.out}")
+    return 0
+
+
 def add_data_commands(sub) -> None:
     data = sub.add_parser("data", help="manifests and the demo corpus").add_subparsers(dest="data_cmd", required=True)
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
@@ -180,6 +194,14 @@ def add_data_commands(sub) -> None:
     pairs.add_argument("--seed", type=int, default=0)
     pairs.set_defaults(func=_data_pairs)
     _add_pseudo_label(data)
+    judge = data.add_parser("judge-pairs", help="text pairs for a judge reward model (`train rm`): domain sentences "
+                                                "against copies with recognition errors; no audio needed")
+    judge.add_argument("--text", required=True, help="domain sentences: a text file (one a line) or a JSONL manifest "
+                                                     "(its `text`, with each line's `context`)")
+    judge.add_argument("--out", required=True, help="the pair file (JSONL: prompt, chosen, rejected, corruption)")
+    judge.add_argument("--per-sentence", type=at_least(1, "pairs per sentence"), default=4)
+    judge.add_argument("--seed", type=int, default=0)
+    judge.set_defaults(func=_data_judge_pairs)
 
 
 # `ReadOptions` fields as `data check` flags (their defaults are ReadOptions' own)
