@@ -89,8 +89,8 @@ class AudioPolicy(CausalPolicy):
         return policy
 
     def use_encoder_cache(self, folder: str | Path | None, max_gib: float | None = None) -> None:
-        """Cache this frozen encoder's states in RAM up to `max_gib` (None: no bound), and in `folder` when given
-        (rows another run with this same encoder and prompt format wrote there are read back)."""
+        """Cache this frozen encoder's states in RAM up to `max_gib` (None: no bound), and in `folder`
+        when given (rows another run with this same encoder and prompt format wrote there are read back)."""
         fingerprint = encoder_fingerprint(self.spec.audio_tower(self.model), self.processor) if folder else ""
         self.encoder_cache.close()
         self.encoder_cache = EncoderCache(fingerprint, None if max_gib is None else int(max_gib * 2**30), folder)

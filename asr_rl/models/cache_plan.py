@@ -48,14 +48,17 @@ class CachePlan:
         return min(self.max_bytes, self.disk_bytes)
 
     def describe(self) -> str:
-        gib = 2**30
         rows = f"{self.utterances} utterances x {self.variants} variants"
-        ram = f"RAM {self.ram_bytes / gib:.2f} GiB (bound model.encoder_cache_max_gib={self.max_bytes / gib:g})"
+        ram = f"RAM {size(self.ram_bytes)} (bound model.encoder_cache_max_gib={self.max_bytes / 2**30:g})"
         if self.folder is None:
-            return (f"encoder cache in RAM only: about {self.disk_bytes / gib:.2f} GiB for {rows}; {ram}, rows past "
-                    "it are encoded again")
-        return (f"encoder cache {self.folder}: about {self.disk_bytes / gib:.2f} GiB on disk for {rows} "
-                f"({self.stored_bytes / gib:.2f} GiB there already); {ram}")
+            return f"encoder cache in RAM only: about {size(self.disk_bytes)} for {rows}; {ram}, rows past it are encoded again"
+        return (f"encoder cache {self.folder}: about {size(self.disk_bytes)} on disk for {rows} "
+                f"({size(self.stored_bytes)} there already); {ram}")
+
+
+def size(n: int) -> str:
+    """Bytes as GiB, or MiB under one GiB."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def plan_encoder_cache(pretrain: str | os.PathLike, model_cfg, utts: list, augment, sample_rate: int) -> CachePlan:
@@ -113,9 +116,9 @@ def check_encoder_cache(plan: CachePlan) -> None:
     free = shutil.disk_usage(where).free
     if needed > free:
         raise ConfigError(
-            f"the encoder cache needs about {needed / 2**30:.1f} GiB more disk in {plan.folder} "
-            f"({plan.utterances} utterances x {plan.variants} variants, {plan.disk_bytes / 2**30:.1f} GiB in all) "
-            f"and its filesystem has {free / 2**30:.1f} GiB free: point model.encoder_cache at a larger disk, or "
+            f"the encoder cache needs about {size(needed)} more disk in {plan.folder} "
+            f"({plan.utterances} utterances x {plan.variants} variants, {size(plan.disk_bytes)} in all) "
+            f"and its filesystem has {size(free)} free: point model.encoder_cache at a larger disk, or "
             "turn the folder off with model.encoder_cache=null (states then stay in RAM only, up to "
             "model.encoder_cache_max_gib, and are encoded again past it)")
 

@@ -126,7 +126,8 @@ class EncoderCache(MutableMapping):
 
     def __repr__(self) -> str:
         where = f"folder {self.store.folder}" if self.store is not None else "RAM only"
-        return f"EncoderCache({len(self)} rows, {where}, {self.ram_bytes / 2**30:.2f}/{self.max_bytes / 2**30:.2f} GiB RAM)"
+        ram = f"{self.ram_bytes / 2**30:.2f}/{self.max_bytes / 2**30:.2f} GiB RAM"
+        return f"EncoderCache({len(self)} rows, {where}, {ram})"
 
     @property
     def folder(self) -> Path | None:

@@ -260,7 +260,8 @@ def test_the_disk_check_names_the_size_and_the_setting_that_turns_it_off(whisper
     with pytest.raises(ConfigError) as err:
         cache_plan.check_encoder_cache(plan)
     msg = str(err.value)
-    assert f"{plan.disk_bytes / 2**30:.1f} GiB" in msg and "model.encoder_cache=null" in msg and str(tmp_path / "c") in msg
+    assert f"needs about {cache_plan.size(plan.disk_bytes)} more disk in {tmp_path / 'c'}" in msg
+    assert "0.0 MiB free" in msg and "model.encoder_cache=null" in msg
 
 
 def test_sft_then_grpo_on_one_folder_runs_no_encoder_pass_for_what_sft_cached(whisper_model, tiny_corpus, tmp_path,

@@ -57,7 +57,8 @@ def _bytes(params) -> int:
 def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences: int, prompt_len: int,
                        response_len: int, micro_batch: int, optimizer_bytes_per_param: float | None = None,
                        zero_stage: int = 0, world_size: int = 1, runtime_bytes: int = RUNTIME_BYTES,
-                       group_size: int = 1, shared_prefix: bool = False, encoder_cache_bytes: int = 0) -> MemoryEstimate:
+                       group_size: int = 1, shared_prefix: bool = False,
+                       encoder_cache_bytes: int = 0) -> MemoryEstimate:
     """The peak of one policy rank during an RL step.
 
     Args:
