@@ -87,9 +87,9 @@ class RayBackend:
         return self.policy.shards(n_items)
 
     # --- the roles (trainer/driver/roles.py) ------------------------------------------------
-    def report_memory(self, longest, device: str) -> None:
+    def report_memory(self, longest, device: str, cache_bytes: int = 0) -> None:
         """Rank 0 logs its estimate: data-parallel ranks hold the same shares."""
-        ray.get(self.ranks[0].report_memory.remote(longest, device))
+        ray.get(self.ranks[0].report_memory.remote(longest, device, cache_bytes))
 
     def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
         """Each rank decodes a shard of the eval set; the controller scores the union."""
