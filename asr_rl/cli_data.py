@@ -23,7 +23,7 @@ def _data_check(args: argparse.Namespace) -> int:
 
     if preference_kind(args.manifest) == "text_pairs":
         return _check_text_pairs(args.manifest)
-    options = ReadOptions(**{f: getattr(args, f) for f in _READ_FLAGS if getattr(args, f) is not None})
+    options = read_options(args)
     scan = scan_manifest(args.manifest, check_audio=not args.no_audio, min_duration=args.min_duration,
                          max_duration=args.max_duration, text_needed_by=None if args.unlabelled else
                          "training and evaluation (`--unlabelled` accepts lines without one, for RL)", options=options)
@@ -147,7 +147,7 @@ def add_data_commands(sub) -> None:
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
     check.add_argument("--manifest", required=True, help="a JSONL or NeMo manifest, a `datasets` folder "
                                                          "(save_to_disk) or parquet file/folder, a Kaldi/WeNet folder")
-    _add_read_options(check)
+    add_read_options(check)
     check.add_argument("--no-audio", action="store_true", help="skip opening the audio files")
     check.add_argument("--unlabelled", action="store_true",
                        help="accept lines without `text` (unlabelled audio, which RL takes) and count them")
@@ -213,9 +213,17 @@ _READ_FLAGS = {"format": "jsonl, nemo, datasets or kaldi (default: recognised fr
                "language": "the language of rows that give none, e.g. en"}
 
 
-def _add_read_options(parser) -> None:
+def add_read_options(parser) -> None:
+    """`--format`, `--text-column`, ... (`ReadOptions`' fields) on `parser` (data check, eval)."""
     for name, text in _READ_FLAGS.items():
         parser.add_argument(f"--{name.replace('_', '-')}", default=None, help=text)
+
+
+def read_options(args: argparse.Namespace):
+    """The `ReadOptions` the flags of `add_read_options` give (unset flags: its defaults)."""
+    from asr_rl.data.readers import ReadOptions
+
+    return ReadOptions(**{f: getattr(args, f) for f in _READ_FLAGS if getattr(args, f) is not None})
 
 
 def _add_pseudo_label(data) -> None:

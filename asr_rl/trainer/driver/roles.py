@@ -67,8 +67,9 @@ class TrainRole(Protocol):
     def sync_weights(self, version: int) -> None:
         """The rollout engine gets the updated weights (`version` updates applied)."""
 
-    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
-        """Decode a dev manifest with the current policy; `eval/*` metrics."""
+    def evaluate(self, manifest: str, eval_cfg, options=None) -> dict[str, float]:
+        """Decode a dev manifest (read with `options`: the training set's reading options) with the
+        current policy; `eval/*` metrics."""
 
 
 @runtime_checkable

@@ -70,7 +70,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate)
         workers = build_backend(cfg, ctx, algo)  # starts Ray first when backend=ray
         workers.report_memory(longest_prompt(utts), ctx.device, cache.ram_bytes)  # before the first step
-        eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
+        eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval, cfg.data)) if cfg.eval_manifest else None
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
 
 

@@ -122,7 +122,7 @@ def train_sft(cfg: SFTConfig):
                       decaying=strategy.decaying,
                       save_best=functools.partial(save_final, ctx.output_dir, policy.save_pretrained, "best"))
         end.load_state_dict(state)
-        evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval)
+        evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval, options=cfg.data)
                     if cfg.eval_manifest else None)
         accum = cfg.train_batch_size // cfg.micro_train_batch_size
         while step < cfg.max_steps and not end.done:
