@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from asr_rl.cli_data import add_data_commands, at_least
+from asr_rl.cli_data import add_data_commands, add_read_options, at_least, read_options
 from asr_rl.utils import Deferred, setup_logging
 
 log = logging.getLogger("asr_rl.cli")
@@ -94,13 +94,14 @@ def _eval(args: argparse.Namespace) -> int:
                     seed=args.seed, eval_kwargs=dict(batch_size=args.batch_size, num_beams=args.num_beams,
                                                      device=args.device, max_new_tokens=args.max_new_tokens,
                                                      progress=not args.quiet, dtype=args.dtype,
-                                                     contexts=contexts), verifier=verifier)
+                                                     contexts=contexts, options=read_options(args)),
+                    verifier=verifier)
         return 0
     if not sets:
         raise ValueError("asr-rl eval --model needs at least one --test-set NAME=PATH.jsonl")
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
                       device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
-                      dtype=args.dtype, contexts=contexts, verifier=verifier)
+                      dtype=args.dtype, contexts=contexts, verifier=verifier, options=read_options(args))
     failed = [name for name, m in report.items() if m.failed and not m.utterances]
     if failed:  # a table of "-" is not a result: the caller's script must see it
         print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
@@ -177,8 +178,9 @@ def _add_run_commands(sub) -> None:
     ev.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
                     help="instead of --model: B against A, each a model folder (decoded) or an eval --output "
                          "folder (its hypotheses reused)")
-    ev.add_argument("--test-set", action="append", help="NAME=PATH.jsonl (repeatable; with --compare of two "
-                                                        "eval folders, optional: default the sets both hold)")
+    ev.add_argument("--test-set", action="append", help="NAME=PATH (repeatable): a JSONL or NeMo manifest, a "
+                                                        "`datasets` folder or parquet, a Kaldi folder; with --compare "
+                                                        "of two eval folders, optional: default the sets both hold")
     ev.add_argument("--context-file", action="append", help="NAME=PATH: a context list (one word or phrase a "
                                                             "line) for test set NAME's lines that carry none")
     ev.add_argument("--verifier", default=None, help="a reward file (PATH.py) checking each transcript: its pass "
@@ -196,6 +198,7 @@ def _add_run_commands(sub) -> None:
     ev.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                     help="weights dtype (auto: as the checkpoint was saved)")
     ev.add_argument("--quiet", action="store_true")
+    add_read_options(ev)  # test sets in any format READERS reads: --format, --text-column, --language, ...
     ev.set_defaults(func=_eval)
 
     rep = sub.add_parser("report", help="comparison table and plots from runs and evaluations")
@@ -208,7 +211,8 @@ def _add_run_commands(sub) -> None:
 def _add_reward_commands(sub) -> None:
     reward = sub.add_parser("reward", help="reward server").add_subparsers(dest="reward_cmd", required=True)
     srv = reward.add_parser("serve", help="serve a reward over OpenRLHF's /get_reward protocol")
-    srv.add_argument("--reward", default="builtin:asr", help="builtin:asr, builtin:cer,keyword=0.5,... (term[=weight]) or PATH.py")
+    srv.add_argument("--reward", default="builtin:asr", help="builtin:asr, builtin:cer,keyword=0.5,... (term[=weight]), judge:DIR "
+                                                         "(a reward model trained on `data judge-pairs`) or PATH.py")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1 unless told otherwise)")
     srv.add_argument("--port", type=int, default=5000)
     srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (or $ASR_RL_REWARD_TOKEN)")

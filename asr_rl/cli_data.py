@@ -1,4 +1,4 @@
-"""`asr-rl data ...`: check, synth, pairs and pseudo-label (the handlers and their parser).
+"""`asr-rl data ...`: check, synth, pairs, judge-pairs and pseudo-label (the handlers and their parser).
 
 As in cli.py, heavy imports happen inside the handlers, so that `asr-rl --help` and `data check`
 start quickly.
@@ -23,7 +23,7 @@ def _data_check(args: argparse.Namespace) -> int:
 
     if preference_kind(args.manifest) == "text_pairs":
         return _check_text_pairs(args.manifest)
-    options = ReadOptions(**{f: getattr(args, f) for f in _READ_FLAGS if getattr(args, f) is not None})
+    options = read_options(args)
     scan = scan_manifest(args.manifest, check_audio=not args.no_audio, min_duration=args.min_duration,
                          max_duration=args.max_duration, text_needed_by=None if args.unlabelled else
                          "training and evaluation (`--unlabelled` accepts lines without one, for RL)", options=options)
@@ -128,12 +128,26 @@ def _data_pseudo_label(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_judge_pairs(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from asr_rl.data.judge_pairs import make_judge_pairs, read_domain_text
+    from asr_rl.utils import write_jsonl
+
+    sentences = read_domain_text(args.text)
+    rows = make_judge_pairs(sentences, args.per_sentence, args.seed)
+    write_jsonl(args.out, rows)
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(Counter(r["corruption"] for r in rows).items()))
+    print(f"judge-pairs: {len(rows)} pairs from {len(sentences)} sentences ({kinds}) -> {args.out}")
+    return 0
+
+
 def add_data_commands(sub) -> None:
     data = sub.add_parser("data", help="manifests and the demo corpus").add_subparsers(dest="data_cmd", required=True)
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
     check.add_argument("--manifest", required=True, help="a JSONL or NeMo manifest, a `datasets` folder "
                                                          "(save_to_disk) or parquet file/folder, a Kaldi/WeNet folder")
-    _add_read_options(check)
+    add_read_options(check)
     check.add_argument("--no-audio", action="store_true", help="skip opening the audio files")
     check.add_argument("--unlabelled", action="store_true",
                        help="accept lines without `text` (unlabelled audio, which RL takes) and count them")
@@ -180,6 +194,14 @@ def add_data_commands(sub) -> None:
     pairs.add_argument("--seed", type=int, default=0)
     pairs.set_defaults(func=_data_pairs)
     _add_pseudo_label(data)
+    judge = data.add_parser("judge-pairs", help="text pairs for a judge reward model (`train rm`): domain sentences "
+                                                "against copies with recognition errors; no audio needed")
+    judge.add_argument("--text", required=True, help="domain sentences: a text file (one a line) or a JSONL manifest "
+                                                     "(its `text`, with each line's `context`)")
+    judge.add_argument("--out", required=True, help="the pair file (JSONL: prompt, chosen, rejected, corruption)")
+    judge.add_argument("--per-sentence", type=at_least(1, "pairs per sentence"), default=4)
+    judge.add_argument("--seed", type=int, default=0)
+    judge.set_defaults(func=_data_judge_pairs)
 
 
 # `ReadOptions` fields as `data check` flags (their defaults are ReadOptions' own)
@@ -191,9 +213,17 @@ _READ_FLAGS = {"format": "jsonl, nemo, datasets or kaldi (default: recognised fr
                "language": "the language of rows that give none, e.g. en"}
 
 
-def _add_read_options(parser) -> None:
+def add_read_options(parser) -> None:
+    """`--format`, `--text-column`, ... (`ReadOptions`' fields) on `parser` (data check, eval)."""
     for name, text in _READ_FLAGS.items():
         parser.add_argument(f"--{name.replace('_', '-')}", default=None, help=text)
+
+
+def read_options(args: argparse.Namespace):
+    """The `ReadOptions` the flags of `add_read_options` give (unset flags: its defaults)."""
+    from asr_rl.data.readers import ReadOptions
+
+    return ReadOptions(**{f: getattr(args, f) for f in _READ_FLAGS if getattr(args, f) is not None})
 
 
 def _add_pseudo_label(data) -> None:

@@ -93,7 +93,7 @@ fi
 TEST_SETS="test_clean test_noisy test_accent dev"
 # SFT writes the frozen encoder's states here and GRPO starts from them: the encoder runs once per
 # utterance and augmentation variant for the whole pipeline (ignored for an encoder that trains)
-CACHE_ARGS=(model.encoder_cache="$EXP/encoder_cache.pt")
+CACHE_ARGS=(model.encoder_cache="$EXP/encoder_cache")  # a folder of shards, written as SFT encodes
 DONE=$EXP/.done
 mkdir -p "$EXP" "$DONE"
 

@@ -42,7 +42,7 @@ def main() -> None:
         if not (out / "final").is_dir():
             run("train", "grpo", "--config", str(ROOT / "recipes/configs/grpo_demo.yaml"), f"pretrain={exp / 'sft/final'}",
                 f"train_manifest={corpus / 'train.jsonl'}", f"eval_manifest={corpus / 'dev.jsonl'}",
-                f"output_dir={out}", f"model.encoder_cache={exp / 'encoder_cache.pt'}", "backend=ray",
+                f"output_dir={out}", f"model.encoder_cache={exp / 'encoder_cache'}", "backend=ray",
                 "distributed.actor_num_gpus_per_node=1", "distributed.vllm_num_engines=1", "distributed.ray_num_cpus=2",
                 "rollout.async_enable=true", f"max_minutes={args.minutes}", "max_steps=100", "save_steps=0",
                 f"eval_steps={args.eval_steps}", "logging.progress_bar=false", *settings, *extra, threads=1)

@@ -106,7 +106,7 @@ def prepare(work: Path, args) -> tuple[Path, Path, Path]:
 
 def train(work: Path, args) -> None:
     corpus, pool, init = prepare(work, args)
-    cache = f"model.encoder_cache={work / 'encoder_cache.pt'}"
+    cache = f"model.encoder_cache={work / 'encoder_cache'}"
     dev = corpus / (f"dev_ctx{args.dev_size}.jsonl" if args.dev_size else "dev.jsonl")
     # from an SFT'd start: its plateau's rate schedule again, scaled down (a warm start at 2e-3
     # would first undo what it knows)

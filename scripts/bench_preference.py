@@ -3,7 +3,7 @@ one SFT start (issue 17).
 
     python scripts/bench_preference.py --exp EXP --corpus CORPUS [--minutes 8] [--dpo 2e-5,0 2e-5,1]
 
-EXP holds `sft/final` and `encoder_cache.pt` (recipes/quickstart.sh stages 0-2, or `make demo`).
+EXP holds `sft/final` and `encoder_cache/` (recipes/quickstart.sh stages 0-2, or `make demo`).
 Every arm gets `--minutes` of wall time on the local backend (2 threads, nothing else running):
 - GRPO: recipes/configs/grpo_demo.yaml (the demo's settings and reward terms);
 - SFT continued: recipes/configs/sft_demo.yaml, a fresh cosine from 5e-4 (as bench_pretrained.py);
@@ -42,7 +42,7 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=0.1)
     args = p.parse_args()
     exp, corpus, minutes = Path(args.exp), Path(args.corpus), args.minutes
-    sft, cache, out = exp / "sft/final", exp / "encoder_cache.pt", exp / "bench17"
+    sft, cache, out = exp / "sft/final", exp / "encoder_cache", exp / "bench17"
     common = [f"pretrain={sft}", f"model.encoder_cache={cache}", "save_steps=0", "eval_steps=0",
               "logging.progress_bar=false", "num_threads=2", f"max_minutes={minutes}"]
     models = {"sft": sft}

@@ -1,6 +1,7 @@
 """Shared fixtures: real audio written with soundfile, small manifests."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -89,15 +90,15 @@ def tiny_text_model(text_data, tmp_path_factory) -> Path:
                       tmp_path_factory.mktemp("tm") / "qwen2")
 
 
-@pytest.fixture
-def reward_server():
-    """A real `asr-rl reward serve --reward builtin:asr` process on a free 127.0.0.1 port (token s3cret)."""
+@contextlib.contextmanager
+def serve_reward(spec: str, token: str = "s3cret"):
+    """A real `asr-rl reward serve --reward SPEC` process on a free 127.0.0.1 port; yields its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).parent / "asr-rl"
-    proc = subprocess.Popen([str(exe), "reward", "serve", "--reward", "builtin:asr", "--port", str(port),
-                             "--token", "s3cret"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([str(exe), "reward", "serve", "--reward", spec, "--port", str(port),
+                             "--token", token], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -109,6 +110,15 @@ def reward_server():
     else:
         proc.kill()
         pytest.fail(f"reward server did not start: {proc.stdout.read()}")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def reward_server():
+    """A real `asr-rl reward serve --reward builtin:asr` process on a free 127.0.0.1 port (token s3cret)."""
+    with serve_reward("builtin:asr") as url:
+        yield url

@@ -31,7 +31,8 @@ def test_tiny_quickstart_runs_every_stage_and_resumes(tmp_path, arch):
     compare = json.loads((exp / "eval" / "compare" / "report.json").read_text())["compare"]
     assert {"test_clean", "test_noisy", "test_accent", "dev"} <= set(json.dumps(compare).split('"'))
     assert "P(B<A)" in report  # the paired-bootstrap intervals reach the report
-    assert (exp / "encoder_cache.pt").is_file() == (arch == "qwen2_audio")  # SFT's frozen-encoder states
+    if arch == "qwen2_audio":  # SFT wrote its frozen encoder's states (GRPO also writes what it encodes new)
+        assert any((exp / "encoder_cache").glob("*.idx"))
     info = json.loads((exp / "grpo" / "final" / "asr_rl.json").read_text())
     assert info["arch"] == arch and (info["encoder"] == "whisper-tiny.en") == (arch == "qwen2_audio")
     again = subprocess.run(["bash", str(ROOT / "recipes/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,

@@ -92,6 +92,8 @@ class UtteranceTable(Sequence):
     def column(self, name: str) -> Iterator:
         """Each utterance's `name` (`id`, `text`, `keywords` or `context`), in order, without making
         the `Utterance`s (a pass over a field costs a third of a pass over the items)."""
+        if name not in ("id", "text", "keywords", "context"):  # the others are stored as indices
+            raise ValueError(f"no column {name!r}: id, text, keywords or context")
         k = _RECORD.index(name)
         return (marshal.loads(row)[k] for row in self._rows)
 

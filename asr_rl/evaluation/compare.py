@@ -167,7 +167,7 @@ def run_compare(a: str | Path, b: str | Path, test_sets: dict[str, str] | None =
         ra, rb, left_out = paired(sides["A"][name], sides["B"][name], name)
         if verifier is not None:
             ra, rb = verify(ra, verifier), verify(rb, verifier)
-        speakers = _speakers(ra, rb, (test_sets or {}).get(name))
+        speakers = _speakers(ra, rb, (test_sets or {}).get(name), (eval_kwargs or {}).get("options"))
         report["test_sets"][name] = {**compare_set(ra, rb, speakers, n_resamples, seed), "left_out": left_out}
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
@@ -177,9 +177,11 @@ def run_compare(a: str | Path, b: str | Path, test_sets: dict[str, str] | None =
     return report
 
 
-def _speakers(a: list[UtteranceResult], b: list[UtteranceResult], manifest: str | None) -> list[str | None]:
-    """Each utterance's speaker: from the manifest when given, else from either hypotheses file."""
+def _speakers(a: list[UtteranceResult], b: list[UtteranceResult], manifest: str | None,
+              options=None) -> list[str | None]:
+    """Each utterance's speaker: from the manifest when given (read with `options`), else from
+    either hypotheses file."""
     if manifest is not None:
-        by_id = {u.id: u.speaker for u in scan_manifest(manifest, check_audio=False).utterances}
+        by_id = {u.id: u.speaker for u in scan_manifest(manifest, check_audio=False, options=options).utterances}
         return [by_id.get(r.id) for r in a]
     return [ra.speaker if ra.speaker is not None else rb.speaker for ra, rb in zip(a, b)]

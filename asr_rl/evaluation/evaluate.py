@@ -94,10 +94,11 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
 def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_beams: int = 1,
                       max_new_tokens: int = 96, max_utterances: int | None = None,
                       progress: bool = False, context: tuple[str, ...] = (),
-                      verifier: Verifier | None = None) -> tuple[SetMetrics, list[UtteranceResult]]:
-    """Decode and score one test set; `context` is the list for lines that carry none of their own;
-    `verifier` checks each transcript (its pass rate is reported)."""
-    scan = scan_manifest(manifest, check_audio=False, text_needed_by=None)
+                      verifier: Verifier | None = None, options=None) -> tuple[SetMetrics, list[UtteranceResult]]:
+    """Decode and score one test set (any format `READERS` reads, `options` its reading options);
+    `context` is the list for lines that carry none of their own; `verifier` checks each transcript
+    (its pass rate is reported)."""
+    scan = scan_manifest(manifest, check_audio=False, text_needed_by=None, options=options)
     if scan.unlabelled:  # a refusal, not a failed line: the set cannot be scored as the user meant
         u = scan.unlabelled[0]
         raise ValueError(f"test set {manifest}: {u.source} has no `text`: eval needs the transcripts "
@@ -125,13 +126,14 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
              batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
              force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
              contexts: dict[str, tuple[str, ...]] | None = None,
-             verifier: Verifier | None = None) -> dict[str, SetMetrics]:
+             verifier: Verifier | None = None, options=None) -> dict[str, SetMetrics]:
     """Evaluate `model` on each named test set; write reports under `output` when given. `dtype`:
     float32, bfloat16, or auto (the dtype the checkpoint was saved in); `contexts`: a set's context
-    list for its lines that carry none; `verifier`: a checker of transcripts (`verifier.py`)."""
+    list for its lines that carry none; `verifier`: a checker of transcripts (`verifier.py`);
+    `options`: how the sets are read (`ReadOptions`: format, columns, default language)."""
     report = {name: m for name, (m, _) in decode_sets(model, test_sets, output, batch_size, num_beams, device,
                                                       max_new_tokens, force_language, progress, dtype,
-                                                      contexts, verifier).items()}
+                                                      contexts, verifier, options).items()}
     print(format_table(report))
     return report
 
@@ -139,14 +141,14 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
 def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path | None = None,
                 batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
                 force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
-                contexts: dict[str, tuple[str, ...]] | None = None, verifier: Verifier | None = None
-                ) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
+                contexts: dict[str, tuple[str, ...]] | None = None, verifier: Verifier | None = None,
+                options=None) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
     """`run_eval` without the table: metrics and per-utterance results of each set."""
     from asr_rl.models.audio_policy import AudioPolicy
 
     for name, path in test_sets.items():
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"test set {name}={path}: file does not exist")
+        if not Path(path).exists():  # a file, or a folder of another format (datasets, parquet, Kaldi)
+            raise FileNotFoundError(f"test set {name}={path}: does not exist")
     policy = AudioPolicy.from_pretrained(model, device=resolve_device(device), dtype=resolve_dtype(model, dtype))
     check_num_beams(num_beams, len(policy.tokenizer))
     limit = getattr(policy.llm_config(), "max_position_embeddings", None)
@@ -157,7 +159,7 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
     out: dict[str, tuple[SetMetrics, list[UtteranceResult]]] = {}
     for name, path in test_sets.items():
         out[name] = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress,
-                                      context=(contexts or {}).get(name, ()), verifier=verifier)
+                                      context=(contexts or {}).get(name, ()), verifier=verifier, options=options)
         if output is not None:
             write_jsonl(Path(output) / f"{name}.hyps.jsonl", (asdict(r) for r in out[name][1]))
     if output is not None:

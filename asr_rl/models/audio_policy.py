@@ -32,7 +32,8 @@ class AudioPolicy(CausalPolicy):
         encoder_cache: prompt rows (ids + frozen-encoder states) by `(audio path, augmentation
             variant, forced language)`, filled by `encode_batch` while the encoder is frozen, so a
             frozen encoder runs once per utterance and variant for the whole run (SFT epochs, RL
-            samples, log-prob passes and dev evaluations alike).
+            samples, log-prob passes and dev evaluations alike); RAM-bounded, optionally backed by
+            a folder of shards (models/encoder_cache.py).
     """
 
     def __init__(self, model: nn.Module, processor, force_language: bool = False, sample_rate: int = 16000):
@@ -87,14 +88,16 @@ class AudioPolicy(CausalPolicy):
         policy.info = read_info(path)
         return policy
 
-    def use_encoder_cache(self, path: str | Path) -> None:
-        """Start from the states saved in `path` by a run with this same encoder and prompt format."""
-        tower = self.spec.audio_tower(self.model)
-        self.encoder_cache = EncoderCache.load(path, encoder_fingerprint(tower, self.processor))
+    def use_encoder_cache(self, folder: str | Path | None, max_gib: float | None = None) -> None:
+        """Cache this frozen encoder's states in RAM up to `max_gib` (None: no bound), and in `folder`
+        when given (rows another run with this same encoder and prompt format wrote there are read back)."""
+        fingerprint = encoder_fingerprint(self.spec.audio_tower(self.model), self.processor) if folder else ""
+        self.encoder_cache.close()
+        self.encoder_cache = EncoderCache(fingerprint, None if max_gib is None else int(max_gib * 2**30), folder)
 
-    def save_encoder_cache(self, path: str | Path) -> None:
-        self.encoder_cache.fingerprint = encoder_fingerprint(self.spec.audio_tower(self.model), self.processor)
-        self.encoder_cache.save(path)
+    def save_encoder_cache(self) -> None:
+        """Every row is written to the folder as it is encoded: release the files (SFT's end)."""
+        self.encoder_cache.close()
 
     def _reference_skips(self) -> dict[int, object]:
         # the reference scores prompt rows that carry the audio states already: no tower; the
@@ -173,14 +176,18 @@ class AudioPolicy(CausalPolicy):
         if not self.encoder_frozen:
             return self.encode_prompts(list(batch.waveforms), batch.languages, ids, contexts)
         keys = [(*k, self.force_language) for k in batch.cache_keys]
-        missing = [i for i, k in enumerate(keys) if k not in self.encoder_cache]
+        rows = {k: self.encoder_cache.get(k) for k in dict.fromkeys(keys)}
+        missing = {k: keys.index(k) for k, row in rows.items() if row is None}  # once per distinct key
         if missing:
             start = time.perf_counter()
-            rows = self.encode_prompts([batch.waveforms[i] for i in missing], [batch.languages[i] for i in missing],
-                                       [ids[i] for i in missing], [contexts[i] for i in missing])
-            self.encoder_cache.update({keys[i]: row for i, row in zip(missing, rows)})
+            fresh = self.encode_prompts([batch.waveforms[i] for i in missing.values()],
+                                        [batch.languages[i] for i in missing.values()],
+                                        [ids[i] for i in missing.values()], [contexts[i] for i in missing.values()])
+            for k, row in zip(missing, fresh):
+                self.encoder_cache[k] = row
+                rows[k] = self.encoder_cache.get(k, row)  # the kept copy; the fresh row past a tiny RAM bound
             self.encoder_seconds += time.perf_counter() - start
-        return [self.encoder_cache[k] for k in keys]
+        return [_on(rows[k], self.device) for k in keys]
 
     def embed_rows(self, rows: list[PromptRow]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded `(B, P, H)` prompt embeddings and `(B, P)` mask for prompt rows; the projector
@@ -200,6 +207,13 @@ class AudioPolicy(CausalPolicy):
         is False). The audio is encoded once; the n copies share its prompt embeddings."""
         embeds = self.prompt_embeds(prompts, self.encode_audio(prompts))
         return self.generate_from_embeds(embeds, prompts.attention_mask, n, **kwargs)
+
+
+def _on(row: PromptRow, device: torch.device) -> PromptRow:
+    """`row` on `device` (the cache keeps rows in RAM; the same object when already there)."""
+    if row.ids.device == device:
+        return row
+    return PromptRow(row.ids.to(device), None if row.audio is None else row.audio.to(device))
 
 
 def _forbidden_token_ids(tokenizer, spec: AudioLLMSpec) -> set[int]:

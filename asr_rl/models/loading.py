@@ -58,8 +58,8 @@ def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_
     if patterns:
         frozen = policy.freeze(patterns)
         log.info("froze %d parameter tensors (%s)", len(frozen), ", ".join(patterns))
-    if policy.encoder_frozen and model_cfg.encoder_cache:
-        policy.use_encoder_cache(model_cfg.encoder_cache)
+    if policy.encoder_frozen:
+        policy.use_encoder_cache(model_cfg.encoder_cache, model_cfg.encoder_cache_max_gib)
     if model_cfg.lora_rank > 0:
         add_lora(policy, model_cfg.lora_rank, model_cfg.lora_alpha, model_cfg.lora_target_modules)
     n_train = sum(p.numel() for _, p in policy.trainable_parameters())

@@ -16,6 +16,8 @@ class RewardConfig:
         term_options: per-term keyword arguments, e.g. `{cer: {floor: -1.0}}`.
         file: a user `.py` file defining `reward_func` (OpenRLHF) or TRL-style functions.
         remote_url: comma-separated reward servers speaking OpenRLHF's `/get_reward` protocol.
+        judge: a reward-model folder that scores each transcript given its context list, no
+            reference (`asr-rl train rm` on `asr-rl data judge-pairs`: rewards/judge.py).
         remote_token: bearer token for the servers (default: $ASR_RL_REWARD_TOKEN).
         remote_timeout: seconds per request before it is retried.
         remote_max_retries: attempts per request before the step fails.
@@ -29,6 +31,7 @@ class RewardConfig:
     term_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     file: str | None = None
     remote_url: str | None = None
+    judge: str | None = None
     remote_token: str | None = None
     remote_timeout: float = setting(30.0, gt=0)
     remote_max_retries: int = setting(3, ge=1)
@@ -39,22 +42,26 @@ class RewardConfig:
         if self.file and self.remote_url:
             raise ValueError("set reward.file or reward.remote_url, not both (serve the file with "
                              "`asr-rl reward serve --reward FILE.py` to use it remotely)")
+        if self.judge and (self.file or self.remote_url):
+            raise ValueError("set reward.judge, reward.file or reward.remote_url, one of them (serve the judge with "
+                             "`asr-rl reward serve --reward judge:DIR` to use it remotely)")
         # a setting that does not apply to the reward chosen is a mistake, not a no-op
         default = RewardConfig.__dataclass_fields__
         keys = ("remote_timeout", "remote_max_retries", "remote_token", "timeout", "terms", "term_options")
         changed = {k for k in keys if getattr(self, k) not in (None, default[k].default_factory() if
                                                                  default[k].default_factory is not MISSING
                                                                  else default[k].default)}
-        kind = "remote_url" if self.remote_url else "file" if self.file else "terms"
+        kind = "remote_url" if self.remote_url else "file" if self.file else "judge" if self.judge else "terms"
         if kind == "terms" and not self.terms:
             raise ValueError("reward.terms is empty: give built-in terms (e.g. {cer: 1.0}), reward.file or "
                              "reward.remote_url")
         applies = {"remote_url": {"remote_timeout", "remote_max_retries", "remote_token"},
-                   "file": {"timeout"}, "terms": {"timeout", "terms", "term_options"}}[kind]
+                   "file": {"timeout"}, "judge": {"timeout"}, "terms": {"timeout", "terms", "term_options"}}[kind]
         extra = sorted(changed - applies)
         if extra:
             why = {"remote_url": " (a remote reward's time limit is reward.remote_timeout)",
                    "file": " (a reward file computes its own terms)",
+                   "judge": " (the judge is the whole reward)",
                    "terms": " (remote settings need reward.remote_url)"}[kind]
             clear = "; a config file's terms can be cleared with reward.terms=null" if "terms" in extra else ""
             names = ", ".join(f"reward.{k}" for k in extra)
@@ -78,6 +85,9 @@ class RewardConfig:
                 load_reward_file(self.file)  # imported and its functions checked, before any model loads
             except (ValueError, FileNotFoundError) as e:
                 raise ValueError(f"reward.file: {e}") from None
+        elif kind == "judge" and not (Path(self.judge) / "config.json").is_file():
+            raise ValueError(f"reward.judge: {self.judge} is not a reward-model folder (no config.json); make one with "
+                             "`asr-rl data judge-pairs` and `asr-rl train rm`")
         elif kind == "terms":
             from asr_rl.rewards.terms import TERMS
 

@@ -30,6 +30,10 @@ def make_reward(cfg: RewardConfig, reward_pretrain: str | None = None, device: s
                             timeout=cfg.remote_timeout, max_retries=cfg.remote_max_retries)
     if cfg.file:
         return TimedReward(load_reward_file(cfg.file), cfg.timeout)
+    if cfg.judge:
+        from asr_rl.rewards.judge import JudgeReward
+
+        return TimedReward(JudgeReward(cfg.judge, device), cfg.timeout)
     return TimedReward(WeightedReward(cfg.terms, cfg.term_options), cfg.timeout)
 
 
@@ -38,10 +42,11 @@ def check_reward_coverage(cfg: RewardConfig, utterances: list, what: str = "trai
     model loads: each line gets the built-in terms it can be scored by. Refused, naming the term and
     the first such line: a pool with unlabelled lines whose terms all need the reference (those
     lines would get no reward), and a term that needs the reference when no line has one (it would
-    never apply). A reward file or server gets None as those lines' reference and decides itself."""
+    never apply). A reward file or server gets None as those lines' reference and decides itself; a
+    judge never reads one."""
     from asr_rl.rewards.terms import TERMS
 
-    if cfg.file or cfg.remote_url or not cfg.terms:
+    if cfg.file or cfg.remote_url or cfg.judge or not cfg.terms:
         return
     n_unlabelled, first = count_unlabelled(utterances)
     if not n_unlabelled:
@@ -85,18 +90,24 @@ def _spec_terms(spec: str) -> dict[str, float]:
 
 def load_reward_spec(spec: str):
     """`builtin:asr` (the default multi-term ASR reward), `builtin:<term>[=<weight>][,...]` (weight 1.0
-    when not given, e.g. `builtin:cer,keyword=0.5`), or a `.py` path."""
+    when not given, e.g. `builtin:cer,keyword=0.5`), `judge:DIR` (rewards/judge.py), or a `.py` path."""
     if spec.startswith("builtin:"):
         return WeightedReward(_spec_terms(spec))
+    if spec.startswith("judge:"):
+        from asr_rl.rewards.judge import JudgeReward
+
+        return JudgeReward(reward_spec_config(spec).judge)
     return load_reward_file(spec)
 
 
 def reward_spec_config(spec: str) -> RewardConfig:
     """The `RewardConfig` of a `--reward` string (terms and file checked now, before any model
-    loads): `builtin:...` as `load_reward_spec`, a `.py` reward file, or `http(s)://` reward servers
-    (comma-separated, as `reward.remote_url`); `make_reward` then builds it."""
+    loads): `builtin:...` as `load_reward_spec`, `judge:DIR`, a `.py` reward file, or `http(s)://`
+    reward servers (comma-separated, as `reward.remote_url`); `make_reward` then builds it."""
     if spec.startswith("builtin:"):
         return RewardConfig(terms=dict(_spec_terms(spec)))
+    if spec.startswith("judge:"):
+        return RewardConfig(terms=None, judge=spec.split(":", 1)[1])
     if spec.startswith(("http://", "https://")):
         return RewardConfig(terms=None, remote_url=spec)
     if spec.endswith(".py"):
@@ -104,7 +115,7 @@ def reward_spec_config(spec: str) -> RewardConfig:
             raise FileNotFoundError(f"reward file {spec} does not exist")
         return RewardConfig(terms=None, file=spec)
     raise ValueError(f"reward {spec!r}: give builtin:asr, builtin:<term>[=<weight>],... (e.g. builtin:cer,fluency=0.2), "
-                     "a .py reward file or an http(s):// reward server")
+                     "judge:DIR (a judge reward model), a .py reward file or an http(s):// reward server")
 
 
 __all__ = ["make_reward", "load_reward_spec", "reward_spec_config", "check_reward_coverage"]

@@ -2,6 +2,9 @@
 exactly what a fresh pass over the same (augmented) audio gives."""
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 
@@ -9,6 +12,9 @@ from asr_rl.data.batching import BatchLoader
 from asr_rl.data.manifest import read_manifest
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.data.augment import AugmentConfig, VariantAugmenter
+from asr_rl.config import ConfigError, load_config
+from asr_rl.models.encoder_cache import EncoderCache, row_bytes
+from asr_rl.models.policy_base import PromptRow
 
 
 def count_encoder_rows(policy) -> list[int]:
@@ -86,17 +92,18 @@ def test_an_encoder_that_trains_is_never_cached(whisper_model, tiny_corpus):
     assert seen == [4, 4] and not policy.encoder_cache
 
 
-def test_a_saved_cache_serves_the_next_run_and_another_encoder_ignores_it(frozen, whisper_model, tiny_corpus,
+def test_a_cache_folder_serves_the_next_run_and_another_encoder_ignores_it(frozen, whisper_model, tiny_corpus,
                                                                           tmp_path, caplog):
     utts = read_manifest(tiny_corpus / "train.jsonl")[:4]
     augmenter = VariantAugmenter(AugmentConfig(noise_prob=1.0, variants=1), seed=0)
     batch = BatchLoader(utts, 4, seed=0, shuffle=False, augmenter=augmenter).next_batch()
+    frozen.use_encoder_cache(tmp_path / "cache")  # rows are written to the folder as they are encoded
     first = frozen.encode_batch(batch)
-    frozen.save_encoder_cache(tmp_path / "cache.pt")
+    frozen.save_encoder_cache()
 
     again = AudioPolicy.from_pretrained(whisper_model)
     again.freeze()
-    again.use_encoder_cache(tmp_path / "cache.pt")
+    again.use_encoder_cache(tmp_path / "cache")
     seen = count_encoder_rows(again)
     rows = again.encode_batch(BatchLoader(utts, 4, seed=0, shuffle=False, augmenter=augmenter).next_batch())
     assert seen == [] and all(torch.equal(a.audio, b.audio) and torch.equal(a.ids, b.ids) for a, b in zip(first, rows))
@@ -105,10 +112,173 @@ def test_a_saved_cache_serves_the_next_run_and_another_encoder_ignores_it(frozen
     with torch.no_grad():
         other.spec.audio_tower(other.model).layer_norm.bias.add_(0.1)  # another encoder
     other.freeze()
-    other.use_encoder_cache(tmp_path / "cache.pt")
+    other.use_encoder_cache(tmp_path / "cache")
     assert len(other.encoder_cache) == 0 and "another encoder or prompt format" in caplog.text
+    # ... and replaced: the old shards are gone, the meta names the new encoder
+    meta = json.loads((tmp_path / "cache" / "meta.json").read_text())
+    assert meta["fingerprint"] == other.encoder_cache.fingerprint != frozen.encoder_cache.fingerprint
+    assert not list((tmp_path / "cache").glob(frozen.encoder_cache.fingerprint[:12] + "*"))
     # another augmenter's variants are other keys; the clean audio is shared
     tags = {k[1] for k in BatchLoader(utts, 4, seed=0, shuffle=False,
                                       augmenter=VariantAugmenter(AugmentConfig(noise_prob=0.5, variants=1),
                                                                  seed=0)).next_batch().cache_keys}
     assert tags - {"clean"} and not (tags - {"clean"}) & {k[1] for k in frozen.encoder_cache}
+
+
+def load_sft_config(path, overrides):
+    from asr_rl.trainer.configs.rl import SFTConfig
+
+    return load_config(SFTConfig, path, overrides)
+
+
+# --- the folder of shards -------------------------------------------------------------------------
+def _rows(n: int, dtype=torch.float32, width: int = 8, seed: int = 0) -> dict[tuple, PromptRow]:
+    g = torch.Generator().manual_seed(seed)
+    return {(f"/a/{seed}_{i}.wav", "clean", False): PromptRow(torch.randint(0, 50_000, (5 + i,), generator=g),
+                                                        torch.randn(3 + i, width, generator=g).to(dtype))
+            for i in range(n)}
+
+
+def _same(a: PromptRow, b: PromptRow) -> bool:
+    return (a.ids.dtype == b.ids.dtype and a.audio.dtype == b.audio.dtype and torch.equal(a.ids, b.ids)
+            and torch.equal(a.audio.view(torch.uint8), b.audio.view(torch.uint8)))  # bit-exact
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_round_trip_through_the_folder_bit_exactly(tmp_path, dtype):
+    rows = _rows(6, dtype)
+    cache = EncoderCache("fp", folder=tmp_path / "c")
+    cache.update(rows)
+    cache.close()
+    again = EncoderCache("fp", folder=tmp_path / "c")
+    assert len(again) == 6 and set(again) == set(rows) and again.ram_bytes == 0  # nothing decoded yet
+    assert all(_same(again[k], row) for k, row in rows.items()) and again.disk_reads == 6
+
+
+def test_shards_have_a_fixed_size_and_rows_past_one_shard_read_back(tmp_path):
+    from asr_rl.models.cache_shards import ShardStore
+
+    rows = _rows(10, width=64)
+    store = ShardStore(tmp_path / "c", "fp", shard_bytes=4096)
+    for k, row in rows.items():
+        store.append(k, row)
+    store.close()
+    sizes = [p.stat().st_size for p in (tmp_path / "c").glob("*.bin")]
+    assert len(sizes) > 2 and max(sizes) <= 4096
+    reopened = ShardStore(tmp_path / "c", "fp")
+    assert all(_same(reopened.read(k), row) for k, row in rows.items())
+
+
+def test_a_torn_write_keeps_every_complete_row_and_is_cut_off(tmp_path, caplog):
+    rows = _rows(4)
+    cache = EncoderCache("fp", folder=tmp_path / "c")
+    cache.update(rows)
+    cache.close()
+    (data,) = (tmp_path / "c").glob("*.bin")
+    idx = data.with_suffix(".idx")
+    complete = data.stat().st_size, idx.stat().st_size
+    with open(data, "ab") as f:  # a killed writer: a row's data with no index line, then half a line
+        f.write(b"\0" * 100)
+    with open(idx, "ab") as f:
+        f.write(b'{"key": ["/a/x.wav", "clean", false], "offset": ')
+    again = EncoderCache("fp", folder=tmp_path / "c")
+    assert set(again) == set(rows) and all(_same(again[k], r) for k, r in rows.items())
+    assert (data.stat().st_size, idx.stat().st_size) == complete and "torn tail" in caplog.text
+    # a line whose data was cut short (the data file truncated) is dropped with all after it
+    with open(data, "r+b") as f:
+        f.truncate(complete[0] - 10)
+    again.close()
+    third = EncoderCache("fp", folder=tmp_path / "c")
+    assert len(third) == 3 and all(_same(third[k], rows[k]) for k in third)
+    third[("/a/new.wav", "clean", False)] = next(iter(_rows(1, seed=9).values()))  # writes go on
+
+
+def test_two_writers_on_one_folder_both_land_and_a_third_reader_sees_all(tmp_path):
+    a, b = _rows(3, seed=1), _rows(3, seed=2)
+    rank0, rank1 = EncoderCache("fp", folder=tmp_path / "c"), EncoderCache("fp", folder=tmp_path / "c")
+    for (ka, ra), (kb, rb) in zip(a.items(), b.items()):  # interleaved, as two ranks write
+        rank0[ka] = ra
+        rank1[kb] = rb
+    reader = EncoderCache("fp", folder=tmp_path / "c")  # while both are still open
+    assert set(reader) == set(a) | set(b) and all(_same(reader[k], r) for k, r in {**a, **b}.items())
+    assert len({p.name for p in (tmp_path / "c").glob("*.bin")}) == 2  # one file each
+
+
+def test_ram_stays_under_its_bound_and_evicted_rows_come_back_from_disk(tmp_path):
+    rows = _rows(40, width=32)
+    bound = 3 * max(row_bytes(r) for r in rows.values())
+    cache = EncoderCache("fp", max_bytes=bound, folder=tmp_path / "c")
+    peak = 0
+    for k, row in rows.items():
+        cache[k] = row
+        _ = cache[next(iter(rows))]  # keep touching the first row: LRU, not FIFO
+        peak = max(peak, cache.ram_bytes)
+    assert peak <= bound and cache.evictions > 30 and len(cache) == 40
+    assert next(iter(rows)) in cache._ram  # the row used every time stayed
+    reads = cache.disk_reads
+    assert all(_same(cache[k], row) for k, row in rows.items()) and cache.disk_reads > reads
+    assert cache.ram_bytes <= bound
+
+
+def test_memory_only_with_a_tiny_bound_encodes_a_dropped_row_again_with_the_same_result(frozen, tiny_corpus):
+    utts = read_manifest(tiny_corpus / "train.jsonl")[:4]
+    frozen.use_encoder_cache(None, max_gib=1.5 * 384 * 4 * 60 / 2**30)  # about one utterance's states
+    seen = count_encoder_rows(frozen)
+    loader = BatchLoader(utts, 2, seed=0, shuffle=False)
+    first = [frozen.encode_batch(loader.next_batch()) for _ in range(2)]
+    second = [frozen.encode_batch(loader.next_batch()) for _ in range(2)]
+    cache = frozen.encoder_cache
+    assert cache.ram_bytes <= cache.max_bytes and cache.evictions > 0 and cache.store is None
+    assert sum(seen) > 4  # evicted rows were encoded again
+    for a, b in zip(sum(first, []), sum(second, [])):
+        assert torch.equal(a.ids, b.ids) and torch.allclose(a.audio, b.audio, atol=1e-5)
+
+
+def test_a_single_file_cache_of_earlier_versions_is_refused_naming_the_setting(tmp_path):
+    (tmp_path / "encoder_cache.pt").write_bytes(b"old")
+    with pytest.raises(ConfigError, match=r"model.encoder_cache=null"):
+        EncoderCache("fp", folder=tmp_path / "encoder_cache.pt")
+
+
+def test_the_disk_check_names_the_size_and_the_setting_that_turns_it_off(whisper_model, tiny_corpus, tmp_path,
+                                                                         monkeypatch, caplog):
+    import logging
+
+    from asr_rl.models import cache_plan
+
+    utts = read_manifest(tiny_corpus / "train.jsonl")
+    cfg = load_sft_config(None, [f"model.encoder_cache={tmp_path / 'c'}", "augment.variants=2", "augment.noise_prob=1"])
+    plan = cache_plan.plan_encoder_cache(whisper_model, cfg.model, utts, cfg.augment, 16000)
+    # Whisper: 25 states a second of 384 floats, plus the text ids; 3 rows per utterance
+    seconds = sum(u.duration for u in utts)
+    assert plan.variants == 3 and 0.9 < plan.disk_bytes / (3 * seconds * 25 * (384 * 4 + 4)) < 1.3
+    assert plan.ram_bytes == plan.disk_bytes  # far under the 4 GiB bound
+    with caplog.at_level(logging.INFO, "asr_rl.train"):
+        cache_plan.check_encoder_cache(plan)  # a real disk has the room
+    assert f"encoder cache {tmp_path / 'c'}: about" in caplog.text
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 1000, 1000))
+    with pytest.raises(ConfigError) as err:
+        cache_plan.check_encoder_cache(plan)
+    msg = str(err.value)
+    assert f"needs about {cache_plan.size(plan.disk_bytes)} more disk in {tmp_path / 'c'}" in msg
+    assert "0.0 MiB free" in msg and "model.encoder_cache=null" in msg
+
+
+def test_sft_then_grpo_on_one_folder_runs_no_encoder_pass_for_what_sft_cached(whisper_model, tiny_corpus, tmp_path,
+                                                                           monkeypatch):
+    from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
+    from asr_rl.trainer.recipes.sft import train_sft
+
+    seen = count_mel_convolutions(monkeypatch)
+    common = [f"pretrain={whisper_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}", "save_steps=0",
+              f"model.encoder_cache={tmp_path / 'cache'}", "augment.noise_prob=0", "eval_steps=0",
+              "logging.progress_bar=false", "logging.tensorboard=false"]
+    sft = train_sft(load_sft_config(None, [*common, f"output_dir={tmp_path / 'sft'}", "max_steps=2",
+                                           "train_batch_size=8", "micro_train_batch_size=8"]))
+    assert sum(seen) == 8 and len(list((tmp_path / "cache").glob("*.idx"))) == 1
+    seen.clear()
+    run_audio_rl(load_rl_config("grpo", None, [*common, f"pretrain={sft}", f"output_dir={tmp_path / 'rl'}",
+                                               "max_steps=1", "rollout_batch_size=2", "n_samples_per_prompt=2",
+                                               "max_new_tokens=4", "micro_train_batch_size=4",
+                                               "rollout.dynamic_filtering=false"]))
+    assert seen == []  # every utterance came from SFT's shards

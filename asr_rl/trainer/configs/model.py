@@ -22,10 +22,15 @@ class ModelConfig:
         lora_alpha: LoRA scaling numerator.
         lora_target_modules: module-name suffixes that get adapters.
         dtype: `float32` or `bfloat16` weights.
-        encoder_cache: a file of frozen-encoder states shared by runs: read at the start when it was
-            written by the same encoder and prompt format (else ignored), written at the end of SFT,
-            so that GRPO from that SFT does not run the encoder again for what SFT already encoded.
-            In memory the states of a run are always cached while the encoder is frozen.
+        encoder_cache: a folder of frozen-encoder states shared by runs (shards of at most 256 MiB,
+            memory-mapped): read when it was written by the same encoder and prompt format (else
+            ignored with a warning and replaced), each row written as it is encoded, so that GRPO
+            from that SFT does not run the encoder again for what SFT already encoded, and a killed
+            run keeps what it encoded. The run refuses to start when the disk it would need is not
+            free. null: the states of a run are cached in RAM only (while the encoder is frozen).
+        encoder_cache_max_gib: RAM bound of the cached states (GiB, per process); past it the least
+            recently used rows are dropped, and read back from `encoder_cache`'s folder (or
+            encoded again without one) when next used.
         shared_prefix: the n responses of a prompt share one forward of it (rollout prefill, log-prob
             passes, update; exact); false repeats the prompt per response (the reference path).
         prefix_attention: how the responses attend to their shared prompt when sampling and
@@ -41,6 +46,7 @@ class ModelConfig:
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     dtype: Literal["float32", "bfloat16"] = "float32"
     encoder_cache: str | None = None
+    encoder_cache_max_gib: float = setting(4.0, gt=0)
     shared_prefix: bool = True
     prefix_attention: Literal["grouped", "gather"] = "grouped"
 

@@ -87,16 +87,16 @@ class RayBackend:
         return self.policy.shards(n_items)
 
     # --- the roles (trainer/driver/roles.py) ------------------------------------------------
-    def report_memory(self, longest, device: str) -> None:
+    def report_memory(self, longest, device: str, cache_bytes: int = 0) -> None:
         """Rank 0 logs its estimate: data-parallel ranks hold the same shares."""
-        ray.get(self.ranks[0].report_memory.remote(longest, device))
+        ray.get(self.ranks[0].report_memory.remote(longest, device, cache_bytes))
 
-    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
+    def evaluate(self, manifest: str, eval_cfg, options=None) -> dict[str, float]:
         """Each rank decodes a shard of the eval set; the controller scores the union."""
         from asr_rl.data.manifest import scan_manifest
         from asr_rl.evaluation.metrics import score_set
 
-        utts = scan_manifest(manifest, check_audio=False).utterances[: eval_cfg.eval_max_samples or None]
+        utts = scan_manifest(manifest, check_audio=False, options=options).utterances[: eval_cfg.eval_max_samples or None]
         parts = self._all("evaluate", [(utts[a:b], eval_cfg) for a, b in self._shards(len(utts))])
         m = score_set([r for part in parts for r in part])
         return {k: v for k, v in {"eval/cer": m.cer, "eval/wer": m.wer, "eval/keyword_recall": m.keyword_recall,

@@ -58,9 +58,9 @@ class RayPolicyWorker:
         return {"pad_id": policy.pad_id, "eos_id": policy.eos_id, "rank": self.rank, "pid": os.getpid(),
                 "node": ray.get_runtime_context().get_node_id()}
 
-    def report_memory(self, longest, device: str) -> None:
+    def report_memory(self, longest, device: str, cache_bytes: int = 0) -> None:
         """Log this rank's estimate (ZeRO partitioning included) and warn when it will not fit."""
-        self.worker.report_memory(longest, device, deepspeed=True)
+        self.worker.report_memory(longest, device, deepspeed=True, cache_bytes=cache_bytes)
 
     def encode(self, batch) -> list:
         return self.worker.encode(batch)

@@ -44,11 +44,11 @@ class LocalBackend:
     def eos_id(self) -> int:
         return self.policy.eos_id
 
-    def report_memory(self, longest, device: str) -> None:
-        self.worker.report_memory(longest, device)
+    def report_memory(self, longest, device: str, cache_bytes: int = 0) -> None:
+        self.worker.report_memory(longest, device, cache_bytes=cache_bytes)
 
-    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
-        return evaluate_during_training(self.policy, manifest, eval_cfg)
+    def evaluate(self, manifest: str, eval_cfg, options=None) -> dict[str, float]:
+        return evaluate_during_training(self.policy, manifest, eval_cfg, options)
 
     # --- rollout -------------------------------------------------------------------------
     def encode(self, batch) -> list:

@@ -54,8 +54,9 @@ class TrainRole(Protocol):
 
     group_multiple: int
 
-    def report_memory(self, longest, device: str) -> None:
-        """Log one policy worker's memory estimate for the longest utterance, before the first step."""
+    def report_memory(self, longest, device: str, cache_bytes: int = 0) -> None:
+        """Log one policy worker's memory estimate for the longest utterance and an encoder cache
+        of `cache_bytes` in RAM, before the first step."""
 
     def annotate(self, exp: Experience, need_old_logp: bool) -> None:
         """Fill `old_logp`, `ref_logp` and `values` as the run needs them."""
@@ -66,8 +67,9 @@ class TrainRole(Protocol):
     def sync_weights(self, version: int) -> None:
         """The rollout engine gets the updated weights (`version` updates applied)."""
 
-    def evaluate(self, manifest: str, eval_cfg) -> dict[str, float]:
-        """Decode a dev manifest with the current policy; `eval/*` metrics."""
+    def evaluate(self, manifest: str, eval_cfg, options=None) -> dict[str, float]:
+        """Decode a dev manifest (read with `options`: the training set's reading options) with the
+        current policy; `eval/*` metrics."""
 
 
 @runtime_checkable

@@ -46,6 +46,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.batching import BatchLoader
     from asr_rl.data.signal_sampler import build_sampler
     from asr_rl.data.manifest import read_manifest
+    from asr_rl.models.cache_plan import prepare_encoder_cache
     from asr_rl.models.codec import ResponseCodec
     from asr_rl.models.tokenizer import require_prompts_fit, require_writable
     from asr_rl.data.augment import VariantAugmenter
@@ -66,9 +67,10 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
                              sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))
+        cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate)
         workers = build_backend(cfg, ctx, algo)  # starts Ray first when backend=ray
-        workers.report_memory(longest_prompt(utts), ctx.device)  # before the first step
-        eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval)) if cfg.eval_manifest else None
+        workers.report_memory(longest_prompt(utts), ctx.device, cache.ram_bytes)  # before the first step
+        eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval, cfg.data)) if cfg.eval_manifest else None
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
 
 

@@ -28,6 +28,7 @@ from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, re
                                            save_checkpoint, save_final, set_rng_state)
 from asr_rl.trainer.update.ppo import TrainingDiverged
 from asr_rl.trainer.update.strategy import LocalStrategy
+from asr_rl.models.cache_plan import prepare_encoder_cache
 from asr_rl.models.loading import load_policy, prompt_limit, require_audio_llm
 from asr_rl.trainer.run.setup import make_logger, setup_run
 from asr_rl.trainer.run.early_stopping import EarlyStopping
@@ -112,6 +113,8 @@ def train_sft(cfg: SFTConfig):
         loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
                              augmenter=VariantAugmenter(augment, cfg.seed))
+        if policy.encoder_frozen:  # its size in the log, and a stop now when its disk is not there
+            prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate)
         step, state = 0, None
         if ctx.resume_from is not None:
             step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
@@ -120,7 +123,7 @@ def train_sft(cfg: SFTConfig):
                       decaying=strategy.decaying,
                       save_best=functools.partial(save_final, ctx.output_dir, policy.save_pretrained, "best"))
         end.load_state_dict(state)
-        evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval)
+        evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval, options=cfg.data)
                     if cfg.eval_manifest else None)
         accum = cfg.train_batch_size // cfg.micro_train_batch_size
         while step < cfg.max_steps and not end.done:
@@ -136,7 +139,7 @@ def train_sft(cfg: SFTConfig):
             grad_norm = strategy.step()
             step += 1
             if policy.encoder_frozen:  # what the cache holds, and what filling it has cost so far
-                metrics.update({"encoder/cached": len(policy.encoder_cache), "time/encoder_total": policy.encoder_seconds})
+                metrics.update({**policy.encoder_cache.metrics(), "time/encoder_total": policy.encoder_seconds})
             metrics.update({"grad_norm": grad_norm, "lr": strategy.lr, "epoch": loader.epoch,
                             "memory/peak_gib": peak_memory_gib()})
             save = functools.partial(_save, ctx.output_dir, step, policy, ctc_head, strategy, loader, end,
@@ -144,8 +147,7 @@ def train_sft(cfg: SFTConfig):
             if end(step, metrics, t0, save, evaluate):
                 break
         end.close()
-        if policy.encoder_frozen and cfg.model.encoder_cache:
-            policy.save_encoder_cache(cfg.model.encoder_cache)
+        policy.save_encoder_cache()  # rows were written as they were encoded: release the folder
         return save_final(ctx.output_dir, policy.save_pretrained)
 
 

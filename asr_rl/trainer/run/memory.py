@@ -9,7 +9,9 @@ what the KL reference owns. Estimated by formula for the rest:
 - other activations kept for backward: 34 x tokens x hidden bytes per layer at 16-bit (Korthikanti
   et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198,
   eq. 1 without the attention-score term, which SDPA does not keep), twice that in float32;
-- the runtime (Python, torch, transformers, the data), measured on this machine kind.
+- the runtime (Python, torch, transformers, the data), measured on this machine kind;
+- the frozen encoder's cached states in RAM: all of them, or `model.encoder_cache_max_gib` when
+  fewer (models/cache_plan.py).
 With a shared prompt (`model.shared_prefix`) a micro-batch runs each of its prompts once (its
 sequences come in groups of n, so about micro / n + 1 prompts), and keeps the prompt's keys and
 values gathered per sequence for the responses' attention; the rollout cache is the same size
@@ -55,7 +57,8 @@ def _bytes(params) -> int:
 def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences: int, prompt_len: int,
                        response_len: int, micro_batch: int, optimizer_bytes_per_param: float | None = None,
                        zero_stage: int = 0, world_size: int = 1, runtime_bytes: int = RUNTIME_BYTES,
-                       group_size: int = 1, shared_prefix: bool = False) -> MemoryEstimate:
+                       group_size: int = 1, shared_prefix: bool = False,
+                       encoder_cache_bytes: int = 0) -> MemoryEstimate:
     """The peak of one policy rank during an RL step.
 
     Args:
@@ -70,6 +73,7 @@ def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences
             parameter's dtype (torch AdamW); DeepSpeed bf16 keeps an fp32 master copy too (12).
         zero_stage, world_size: DeepSpeed ZeRO partitioning over the data-parallel ranks.
         group_size, shared_prefix: sequences per prompt, and whether they share its forward.
+        encoder_cache_bytes: the encoder cache's RAM (`CachePlan.ram_bytes`).
     """
     params = list(policy.model.parameters())
     trainable = [p for _, p in policy.trainable_parameters()]
@@ -94,15 +98,17 @@ def estimate_rl_memory(policy, *, reference: bool, share_frozen: bool, sequences
         "shared prompt KV": kv_per_token * micro_batch * prompt_len if prompts < micro_batch else 0,
         "LM-head outputs": 4 * 4 * micro_batch * response_len * vocab,
         "activations": int(34 * tokens * hidden * layers * elem / 2),
+        "encoder cache": encoder_cache_bytes,
         "runtime": runtime_bytes,
     }
     return MemoryEstimate(parts)
 
 
 def rank_estimate(cfg, policy, *, reference: bool, prompt_len: int, world_size: int = 1,
-                  deepspeed: bool = False) -> MemoryEstimate:
+                  deepspeed: bool = False, cache_bytes: int = 0) -> MemoryEstimate:
     """`estimate_rl_memory` for one policy rank of the run `cfg` (an RLConfig): its share of the
-    rollout, its micro-batch, and on DeepSpeed the ZeRO stage and the optimizer's state size."""
+    rollout, its micro-batch, on DeepSpeed the ZeRO stage and the optimizer's state size, and the
+    encoder cache's RAM (`cache_bytes`)."""
     r, d = cfg.rollout, cfg.distributed
     elem = next((p.element_size() for _, p in policy.trainable_parameters()), 4)
     opt = (12 if elem == 2 else 8) if deepspeed else None
@@ -111,7 +117,8 @@ def rank_estimate(cfg, policy, *, reference: bool, prompt_len: int, world_size: 
                               prompt_len=prompt_len, response_len=r.max_new_tokens,
                               micro_batch=cfg.optim.micro_train_batch_size, optimizer_bytes_per_param=opt,
                               zero_stage=d.zero_stage if deepspeed else 0, world_size=world_size,
-                              group_size=r.n_samples_per_prompt, shared_prefix=cfg.model.shared_prefix)
+                              group_size=r.n_samples_per_prompt, shared_prefix=cfg.model.shared_prefix,
+                              encoder_cache_bytes=cache_bytes)
 
 
 def prompt_length(policy, utterance, sample_rate: int) -> int:

@@ -94,12 +94,12 @@ class PolicyWorker:
         self.policy.train(was_training)
         return out
 
-    def report_memory(self, longest, device: str, deepspeed: bool = False) -> None:
+    def report_memory(self, longest, device: str, deepspeed: bool = False, cache_bytes: int = 0) -> None:
         from asr_rl.trainer.run.memory import prompt_length, rank_estimate, report_memory
 
         prompt_len = prompt_length(self.policy, longest, self.cfg.data.sample_rate)
         report_memory(rank_estimate(self.cfg, self.policy, reference=self.ref is not None, prompt_len=prompt_len,
-                                    world_size=self.world_size, deepspeed=deepspeed), device)
+                                    world_size=self.world_size, deepspeed=deepspeed, cache_bytes=cache_bytes), device)
 
     def save_model(self, path) -> None:
         """Every rank enters (ZeRO-3 gathers); rank 0 writes the HF folder."""

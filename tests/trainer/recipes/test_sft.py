@@ -194,7 +194,7 @@ def _scripted_dev(monkeypatch, values, fail_at=None):
 
     done, failed = [], []
 
-    def evaluate(policy, manifest, eval_cfg):
+    def evaluate(policy, manifest, eval_cfg, options=None):
         n = len(done) + 1
         if n == fail_at and not failed:
             failed.append(n)

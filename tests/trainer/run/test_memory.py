@@ -114,3 +114,24 @@ def test_the_memory_estimate_s_prompt_is_the_longest_audio_with_the_longest_cont
     # ", ".join of the list and "Context: " and ". " before the instruction: one token a character here
     assert prompt_length(policy, probe, 16000) == prompt_length(policy, longest, 16000) + len(
         "Context: grace, living room. ")
+
+
+def test_the_encoder_cache_s_ram_is_a_part_bounded_by_its_setting(whisper_model, tiny_corpus):
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.models.cache_plan import plan_encoder_cache
+    from asr_rl.trainer.recipes.rl import load_rl_config
+    from asr_rl.trainer.run.memory import rank_estimate
+
+    utts = read_manifest(tiny_corpus / "train.jsonl")
+    small = load_rl_config("grpo", None, ["model.encoder_cache_max_gib=0.0001"])  # ~105 kB: under the corpus
+    plan = plan_encoder_cache(whisper_model, small.model, utts, small.augment, 16000)
+    assert plan.disk_bytes > plan.max_bytes == plan.ram_bytes == int(0.0001 * 2**30)
+    roomy = plan_encoder_cache(whisper_model, load_rl_config("grpo", None, []).model, utts, small.augment, 16000)
+    assert roomy.ram_bytes == roomy.disk_bytes == plan.disk_bytes
+    policy = AudioPolicy.from_pretrained(whisper_model)
+    policy.freeze()
+    with_cache = rank_estimate(small, policy, reference=False, prompt_len=40, cache_bytes=plan.ram_bytes).parts
+    without = rank_estimate(small, policy, reference=False, prompt_len=40).parts
+    assert with_cache["encoder cache"] == plan.ram_bytes and without["encoder cache"] == 0
+    assert {k: v for k, v in with_cache.items() if k != "encoder cache"} == {
+        k: v for k, v in without.items() if k != "encoder cache"}
