@@ -13,7 +13,8 @@ names the same files N / len(corpus) times, with the rows' `duration` (as real m
 `--no-duration` drops it, so that every header must be opened). For each (format, N), in its own
 process each: `asr-rl train sft` for 50 steps (batch 8, length-bucketed) and `asr-rl train grpo`
 for 20 steps (local backend, 2 utterances x 4 samples, reward 1 - CER), both with
-`model.encoder_cache=<out>/cache_<format>_<N>` (SFT writes it, GRPO reads it). Measured:
+`model.encoder_cache=<out>/cache_<format>_<N>` (SFT writes it, GRPO reads it) and no waveform
+augmentation (`augment.noise_prob=0`). Measured:
   start-up: from the process's start to the start of step 1 (the time step 1's metrics line was
             written, less that step's `time/step`),
   peak RSS: the kernel's `ru_maxrss` of the process (os.wait4; data loading runs in its threads),
@@ -34,8 +35,10 @@ from pathlib import Path
 
 ASR_RL = str(Path(sys.executable).parent / "asr-rl")
 FORMATS = ("jsonl", "nemo", "parquet", "kaldi")
+# no waveform augmentation: one cached row per utterance, so that the encoder cache's disk check
+# (which plans for every utterance and variant) passes at 300k utterances on a 64 GiB disk
 COMMON = ["save_steps=0", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false",
-          "logging.logging_steps=10", "num_threads=1"]
+          "logging.logging_steps=10", "num_threads=1", "augment.noise_prob=0"]
 SFT = ["max_steps=50", "train_batch_size=8", "micro_train_batch_size=8", "data.bucket_batches=20"]
 GRPO = ["max_steps=20", "backend=local", "rollout.rollout_batch_size=2", "rollout.n_samples_per_prompt=4",
         "rollout.max_new_tokens=16", "optim.micro_train_batch_size=8", "reward.terms={cer: 1.0}"]
