@@ -35,8 +35,8 @@ from pathlib import Path
 
 ASR_RL = str(Path(sys.executable).parent / "asr-rl")
 FORMATS = ("jsonl", "nemo", "parquet", "kaldi")
-# no waveform augmentation: one cached row per utterance, so that the encoder cache's disk check
-# (which plans for every utterance and variant) passes at 300k utterances on a 64 GiB disk
+# no waveform augmentation: one cached row per utterance (what the numbers in BENCHMARKS.md were
+# measured with), so that the reading cost is what differs between the sizes
 COMMON = ["save_steps=0", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false",
           "logging.logging_steps=10", "num_threads=1", "augment.noise_prob=0"]
 SFT = ["max_steps=50", "train_batch_size=8", "micro_train_batch_size=8", "data.bucket_batches=20"]

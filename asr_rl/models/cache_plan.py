@@ -6,7 +6,9 @@ the audio states (frames x the encoder's width x the weights' element size). Fra
 with the duration (a fixed stride after a fixed prefix), so two dummy prompts, of 1 s and 5 s, give
 the frames per second and the frames of an empty clip from the processor alone (the encoder does
 not run). Rows per utterance: the clean audio plus the augmentation's variants. A missing duration
-counts as the manifest's mean one.
+counts as the manifest's mean one. A run that draws fewer utterances than the corpus holds rows
+(`max_steps` x utterances a step: a short run on a large corpus) can write no more rows than it
+draws, so the plan is that share of the whole (rows of the average size).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ class CachePlan:
     """Attributes:
         folder: `model.encoder_cache` (None: RAM only).
         utterances, variants: the manifest's utterances, and rows per utterance.
-        disk_bytes: all the rows' bytes (what the folder holds when every row was encoded).
+        draws: the most utterances the run draws (None: no bound known).
+        disk_bytes: the bytes of the rows the run can write: every row, or as many as it draws.
         stored_bytes: what the folder holds already (rows of an earlier run).
         max_bytes: the RAM bound (`model.encoder_cache_max_gib`).
     """
@@ -39,6 +42,7 @@ class CachePlan:
     folder: Path | None
     utterances: int
     variants: int
+    draws: int | None
     disk_bytes: int
     stored_bytes: int
     max_bytes: int
@@ -48,8 +52,16 @@ class CachePlan:
         """What the cache holds in RAM at most: its bound, or all its rows when fewer."""
         return min(self.max_bytes, self.disk_bytes)
 
+    @property
+    def rows(self) -> int:
+        """Rows the run can write: every utterance's variants, or as many as it draws."""
+        every = self.utterances * self.variants
+        return every if self.draws is None else min(every, self.draws)
+
     def describe(self) -> str:
         rows = f"{self.utterances} utterances x {self.variants} variants"
+        if self.rows < self.utterances * self.variants:
+            rows += f", of which the run draws at most {self.rows}"
         ram = f"RAM {size(self.ram_bytes)} (bound model.encoder_cache_max_gib={self.max_bytes / 2**30:g})"
         if self.folder is None:
             return f"encoder cache in RAM only: about {size(self.disk_bytes)} for {rows}; {ram}, rows past it are encoded again"
@@ -62,9 +74,10 @@ def size(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def plan_encoder_cache(pretrain: str | os.PathLike, model_cfg, utts: list, augment, sample_rate: int) -> CachePlan:
+def plan_encoder_cache(pretrain: str | os.PathLike, model_cfg, utts: list, augment, sample_rate: int,
+                       draws: int | None = None) -> CachePlan:
     """The cache size for `utts` (manifest rows) encoded by the model in `pretrain`, with the
-    run's `model` and `augment` settings."""
+    run's `model` and `augment` settings, for a run that draws at most `draws` utterances."""
     from asr_rl.models.families import spec_for
     from asr_rl.models.weights import read_model_config
 
@@ -85,7 +98,8 @@ def plan_encoder_cache(pretrain: str | os.PathLike, model_cfg, utts: list, augme
     variants = _rows_per_utterance(augment)
     folder = Path(model_cfg.encoder_cache) if model_cfg.encoder_cache else None
     stored = sum(p.stat().st_size for p in folder.glob("*.bin")) if folder is not None and folder.is_dir() else 0
-    return CachePlan(folder, len(utts), variants, int(one_pass * variants), stored,
+    share = 1.0 if draws is None else min(1.0, draws / max(1, len(utts) * variants))
+    return CachePlan(folder, len(utts), variants, draws, int(one_pass * variants * share), stored,
                      int(model_cfg.encoder_cache_max_gib * 2**30))
 
 
@@ -119,15 +133,16 @@ def check_encoder_cache(plan: CachePlan) -> None:
     if needed > free:
         raise ConfigError(
             f"the encoder cache needs about {size(needed)} more disk in {plan.folder} "
-            f"({plan.utterances} utterances x {plan.variants} variants, {size(plan.disk_bytes)} in all) "
+            f"({plan.rows} rows of {plan.utterances} utterances x {plan.variants} variants, {size(plan.disk_bytes)} in all) "
             f"and its filesystem has {size(free)} free: point model.encoder_cache at a larger disk, or "
             "turn the folder off with model.encoder_cache=null (states then stay in RAM only, up to "
             "model.encoder_cache_max_gib, and are encoded again past it)")
 
 
-def prepare_encoder_cache(pretrain, model_cfg, utts: list, augment, sample_rate: int) -> CachePlan:
+def prepare_encoder_cache(pretrain, model_cfg, utts: list, augment, sample_rate: int,
+                          draws: int | None = None) -> CachePlan:
     """`plan_encoder_cache`, checked against the disk and logged: before the first step."""
-    plan = plan_encoder_cache(pretrain, model_cfg, utts, augment, sample_rate)
+    plan = plan_encoder_cache(pretrain, model_cfg, utts, augment, sample_rate, draws)
     check_encoder_cache(plan)
     return plan
 

@@ -264,6 +264,18 @@ def test_the_disk_check_names_the_size_and_the_setting_that_turns_it_off(whisper
     assert "0.0 MiB free" in msg and "model.encoder_cache=null" in msg
 
 
+def test_a_run_that_draws_fewer_rows_than_the_corpus_holds_plans_only_those(whisper_model, tiny_corpus, tmp_path):
+    from asr_rl.models import cache_plan
+
+    utts = read_manifest(tiny_corpus / "train.jsonl")  # 8 utterances x 3 rows
+    cfg = load_sft_config(None, [f"model.encoder_cache={tmp_path / 'c'}", "augment.variants=2", "augment.noise_prob=1"])
+    whole = cache_plan.plan_encoder_cache(whisper_model, cfg.model, utts, cfg.augment, 16000)
+    short = cache_plan.plan_encoder_cache(whisper_model, cfg.model, utts, cfg.augment, 16000, draws=6)
+    assert whole.rows == 24 and short.rows == 6 and short.disk_bytes == pytest.approx(whole.disk_bytes / 4, abs=1)
+    assert "of which the run draws at most 6" in short.describe()
+    assert cache_plan.plan_encoder_cache(whisper_model, cfg.model, utts, cfg.augment, 16000, draws=100).rows == 24
+
+
 def test_sft_then_grpo_on_one_folder_runs_no_encoder_pass_for_what_sft_cached(whisper_model, tiny_corpus, tmp_path,
                                                                            monkeypatch):
     from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl

@@ -67,7 +67,8 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
                              sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))
-        cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate)
+        cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate,
+                                      draws=cfg.max_steps * cfg.rollout.rollout_batch_size)
         workers = build_backend(cfg, ctx, algo)  # starts Ray first when backend=ray
         workers.report_memory(longest_prompt(utts), ctx.device, cache.ram_bytes)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval, cfg.data)) if cfg.eval_manifest else None

@@ -114,7 +114,8 @@ def train_sft(cfg: SFTConfig):
                              sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
                              augmenter=VariantAugmenter(augment, cfg.seed))
         if policy.encoder_frozen:  # its size in the log, and a stop now when its disk is not there
-            prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate)
+            prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate,
+                                  draws=cfg.max_steps * cfg.train_batch_size)
         step, state = 0, None
         if ctx.resume_from is not None:
             step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
