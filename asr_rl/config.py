@@ -43,6 +43,7 @@ class DataConfig:
         min_duration: shorter utterances are skipped with a warning (seconds).
         max_duration: longer utterances are skipped with a warning (seconds).
         shuffle: shuffle the training manifest every epoch (seeded by the run's `seed`).
+        decode_workers: threads decoding a batch's audio (what the encoder cache lacks) in parallel.
         bucket_batches: group utterances of similar prompt length (audio duration plus context
             list) into batches, sorting runs of this many batches by it (0 = off); less padding, same
             epoch coverage.
@@ -57,6 +58,7 @@ class DataConfig:
     max_duration: float = setting(30.0, gt=0)
     shuffle: bool = True
     bucket_batches: int = setting(0, ge=0)
+    decode_workers: int = setting(2, ge=0)
     input_key: str = "prompt"
     label_key: str = "label"
     apply_chat_template: bool = True

@@ -7,12 +7,17 @@ policy's own Hugging Face processor turns waveforms into model inputs.
 Augmentation is by variant: an `Augmenter` picks, per utterance and epoch, variant 0 (the clean
 audio) or one of a few augmented variants, each a pure function of (seed, utterance, variant). A
 frozen encoder's states are cached by (audio path, variant), so variants repeat on purpose, and the
-waveform of a batch is loaded (and augmented) lazily, only for what the cache lacks.
+waveform of a batch is loaded (and augmented) lazily, only for what the cache lacks: in a pool of
+decoding threads (`data.decode_workers`) when several are wanted at once, as a data loader's
+workers would (soundfile, soxr and numpy release the GIL while they work, so the threads decode in
+parallel on a process's other cores).
 """
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -33,11 +38,33 @@ class Augmenter(Protocol):
         """Variant `variant` of `waveform` (variant 0: unchanged)."""
 
 
-class LazyWaveforms(Sequence):
-    """Waveforms made on first access by `make(i)` and kept."""
+_POOLS: dict[int, ThreadPoolExecutor] = {}  # decoding threads by size, one set a process
+_POOLS_LOCK = threading.Lock()
 
-    def __init__(self, make: Callable[[int], np.ndarray], n: int):
-        self._make, self._n, self._done = make, n, {}
+
+def decoding_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool of `workers` decoding threads (made on first use, kept)."""
+    with _POOLS_LOCK:
+        if workers not in _POOLS:
+            _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="asr-rl-decode")
+        return _POOLS[workers]
+
+
+class LazyWaveforms(Sequence):
+    """Waveforms made on first access by `make(i)` and kept; `load` makes several at once on
+    `workers` decoding threads (0 or 1: in the calling thread)."""
+
+    def __init__(self, make: Callable[[int], np.ndarray], n: int, workers: int = 0):
+        self._make, self._n, self._done, self.workers = make, n, {}, workers
+
+    def load(self, indices: Sequence[int]) -> list[np.ndarray]:
+        """The waveforms at `indices`; those not made yet are made in parallel on the decoding
+        threads (the same arrays as one at a time: `make` is a pure function of the index)."""
+        todo = [i for i in dict.fromkeys(indices) if i not in self._done]
+        if self.workers > 1 and len(todo) > 1:
+            for i, wav in zip(todo, decoding_pool(self.workers).map(self._make, todo)):
+                self._done[i] = wav
+        return [self[i] for i in indices]
 
     def __len__(self) -> int:
         return self._n
@@ -71,8 +98,15 @@ class AudioBatch:
     def select(self, idx) -> "AudioBatch":
         idx = list(idx)
         waves = self.waveforms
-        return AudioBatch([self.utterances[i] for i in idx], LazyWaveforms(lambda k: waves[idx[k]], len(idx)),
+        workers = getattr(waves, "workers", 0)
+        return AudioBatch([self.utterances[i] for i in idx], LazyWaveforms(lambda k: waves[idx[k]], len(idx), workers),
                           self.sample_rate, [self.variants[i] for i in idx], self.augment_tag)
+
+    def load(self, indices: Sequence[int]) -> list[np.ndarray]:
+        """The waveforms at `indices`, a lazy batch's decoded in parallel (`LazyWaveforms.load`)."""
+        if isinstance(self.waveforms, LazyWaveforms):
+            return self.waveforms.load(indices)
+        return [self.waveforms[i] for i in indices]
 
     @property
     def cache_keys(self) -> list[tuple[str, str]]:
@@ -123,8 +157,9 @@ def load_batch(utterances: list[Utterance], sample_rate: int = 16000) -> AudioBa
 
 
 def lazy_batch(utterances: list[Utterance], sample_rate: int = 16000, augmenter: Augmenter | None = None,
-               epoch: int = 0) -> AudioBatch:
-    """A batch whose audio is read (and augmented) when first used; variants drawn by `augmenter`."""
+               epoch: int = 0, workers: int = 0) -> AudioBatch:
+    """A batch whose audio is read (and augmented) when first used, several at once on `workers`
+    decoding threads; variants drawn by `augmenter`."""
     utts = list(utterances)
     variants = [augmenter.pick(u, epoch) for u in utts] if augmenter else [0] * len(utts)
 
@@ -132,7 +167,8 @@ def lazy_batch(utterances: list[Utterance], sample_rate: int = 16000, augmenter:
         wav = load_utterance(utts[i], sample_rate)
         return augmenter.apply(wav, utts[i], variants[i], sample_rate) if augmenter and variants[i] else wav
 
-    return AudioBatch(utts, LazyWaveforms(make, len(utts)), sample_rate, variants, augmenter.tag if augmenter else "")
+    return AudioBatch(utts, LazyWaveforms(make, len(utts), workers), sample_rate, variants,
+                      augmenter.tag if augmenter else "")
 
 
 @dataclass
@@ -246,8 +282,9 @@ class BatchLoader:
 
     def __init__(self, utterances: list, batch_size: int, seed: int = 0, shuffle: bool = True,
                  sample_rate: int = 16000, bucket_batches: int = 0, make_batch=None,
-                 augmenter: Augmenter | None = None, sampler=None):
+                 augmenter: Augmenter | None = None, sampler=None, decode_workers: int = 0):
         self.utterances = utterances
+        self.decode_workers = decode_workers
         self.sample_rate = sample_rate
         self.make_batch = make_batch
         self.augmenter = augmenter
@@ -266,7 +303,7 @@ class BatchLoader:
         self._remember(items, index)
         if self.make_batch is not None:
             return self.make_batch(items)
-        return lazy_batch(items, self.sample_rate, self.augmenter, self.epoch)
+        return lazy_batch(items, self.sample_rate, self.augmenter, self.epoch, self.decode_workers)
 
     @property
     def epoch(self) -> int:

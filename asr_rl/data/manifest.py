@@ -35,28 +35,11 @@ from pathlib import Path
 from asr_rl.data.audio import AudioError, audio_info, load_audio
 from asr_rl.data.languages import LANGUAGE_NAMES
 from asr_rl.data.readers import READERS, ReadOptions, choose_reader
+from asr_rl.data.utterance_table import Utterance, UtteranceTable  # noqa: F401 (Utterance: re-exported)
 
 log = logging.getLogger(__name__)
 
 _KNOWN_FIELDS = ("id", "audio", "text", "language", "keywords", "duration", "speaker", "context")
-
-
-@dataclass(frozen=True, slots=True)
-class Utterance:
-    """One manifest line (or a row of another format), with `audio` an absolute path or an audio
-    reference (data/audio_refs.py: a table row's bytes, a segment of a long file). Slotted: a
-    training set holds one per line (packed while it waits: data/utterance_table.py)."""
-
-    id: str
-    audio: str
-    text: str | None  # None: unlabelled (RL only); "": nobody speaks
-    language: str
-    keywords: tuple[str, ...] = ()
-    duration: float | None = None
-    speaker: str | None = None
-    context: tuple[str, ...] = ()  # words or phrases the prompt names (contextual biasing); () = none
-    meta: dict = field(default_factory=dict, compare=False, hash=False)
-    source: str = ""  # "manifest.jsonl:12" (or "data.parquet row 12 (id a)"), for error messages downstream
 
 
 @dataclass(frozen=True)
@@ -134,7 +117,6 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
         raise FileNotFoundError(f"manifest {path} does not exist")
     fmt, why = choose_reader(path, options.format)
     log.info("%s: read as %s (%s)", path, fmt, why)
-    from asr_rl.data.utterance_table import UtteranceTable  # it stores this module's Utterance
     rows = READERS.get(fmt)(path, options)
     check = _RowCheck(rows.base, {**_IDENTITY, **rows.columns}, check_audio, min_duration, max_duration,
                       text_needed_by, options.language, trust_durations)

@@ -13,11 +13,29 @@ from __future__ import annotations
 import marshal
 import math
 from array import array
+from dataclasses import dataclass, field
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from asr_rl.data.manifest import Utterance
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One manifest line (or a row of another format), with `audio` an absolute path or an audio
+    reference (data/audio_refs.py: a table row's bytes, a segment of a long file). Slotted: a
+    training set holds one per line (packed while it waits: `UtteranceTable`)."""
+
+    id: str
+    audio: str
+    text: str | None  # None: unlabelled (RL only); "": nobody speaks
+    language: str
+    keywords: tuple[str, ...] = ()
+    duration: float | None = None
+    speaker: str | None = None
+    context: tuple[str, ...] = ()  # words or phrases the prompt names (contextual biasing); () = none
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+    source: str = ""  # "manifest.jsonl:12" (or "data.parquet row 12 (id a)"), for error messages downstream
 
 
 class _Index(dict):

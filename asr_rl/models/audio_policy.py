@@ -174,13 +174,13 @@ class AudioPolicy(CausalPolicy):
         waveforms are loaded and augmented only then)."""
         ids, contexts = [u.id for u in batch.utterances], batch.contexts
         if not self.encoder_frozen:
-            return self.encode_prompts(list(batch.waveforms), batch.languages, ids, contexts)
+            return self.encode_prompts(batch.load(range(len(batch))), batch.languages, ids, contexts)
         keys = [(*k, self.force_language) for k in batch.cache_keys]
         rows = {k: self.encoder_cache.get(k) for k in dict.fromkeys(keys)}
         missing = {k: keys.index(k) for k, row in rows.items() if row is None}  # once per distinct key
         if missing:
             start = time.perf_counter()
-            fresh = self.encode_prompts([batch.waveforms[i] for i in missing.values()],
+            fresh = self.encode_prompts(batch.load(list(missing.values())),
                                         [batch.languages[i] for i in missing.values()],
                                         [ids[i] for i in missing.values()], [contexts[i] for i in missing.values()])
             for k, row in zip(missing, fresh):

@@ -70,3 +70,32 @@ def test_bucketing_counts_a_context_list_as_prompt_length():
     # (5 + 2) + (3 + 2) characters at 25 positions per second of audio
     assert prompt_length(listed) == pytest.approx(2.0 + 12 / 25)
     assert prompt_length("a text prompt") == 0.0
+
+
+def test_a_lazy_batch_decodes_several_waveforms_at_once_on_the_decoding_threads(tiny_corpus, monkeypatch):
+    """`load` with decoding threads gives the same arrays as one at a time in the calling thread
+    (augmented variants included), and the decoding ran on the pool's threads."""
+    import threading
+
+    import numpy as np
+
+    import asr_rl.data.batching as batching
+    from asr_rl.data.augment import AugmentConfig, VariantAugmenter
+
+    utts = read_manifest(tiny_corpus / "train.jsonl")
+    augmenter = VariantAugmenter(AugmentConfig(noise_prob=1.0, variants=2), seed=3)
+    threads = []
+    load = batching.load_audio
+    monkeypatch.setattr(batching, "load_audio",
+                        lambda *a, **k: threads.append(threading.current_thread().name) or load(*a, **k))
+    serial = batching.lazy_batch(utts, augmenter=augmenter, epoch=1, workers=0)
+    parallel = batching.lazy_batch(utts, augmenter=augmenter, epoch=1, workers=2)
+    assert serial.variants == parallel.variants and any(serial.variants)
+    want = [serial.waveforms[i] for i in range(len(utts))]
+    assert set(threads) == {threading.current_thread().name}
+    threads.clear()
+    got = parallel.load([5, 0, 5, 2] + list(range(len(utts))))
+    assert all(np.array_equal(a, b) for a, b in zip(got[4:], want)) and got[0] is got[2]
+    assert len(threads) == len(utts) and all(t.startswith("asr-rl-decode") for t in threads)  # each file once
+    sub = parallel.select([1, 3])  # a rank's shard keeps the threads
+    assert sub.waveforms.workers == 2 and all(np.array_equal(a, want[i]) for a, i in zip(sub.load([0, 1]), [1, 3]))

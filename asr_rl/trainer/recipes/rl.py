@@ -66,6 +66,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         require_prompts_fit(utts, tokenizer, prompt_limit(cfg.pretrain), cfg.rollout.max_new_tokens, "train_manifest")
         loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
+                             decode_workers=cfg.data.decode_workers,
                              sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))
         cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate,
                                       draws=cfg.max_steps * cfg.rollout.rollout_batch_size)

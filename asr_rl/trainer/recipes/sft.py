@@ -112,7 +112,7 @@ def train_sft(cfg: SFTConfig):
         augment = cfg.augment if policy.encoder_frozen else dataclasses.replace(cfg.augment, variants=0)
         loader = BatchLoader(utts, cfg.micro_train_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
-                             augmenter=VariantAugmenter(augment, cfg.seed))
+                             augmenter=VariantAugmenter(augment, cfg.seed), decode_workers=cfg.data.decode_workers)
         if policy.encoder_frozen:  # its size in the log, and a stop now when its disk is not there
             prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate,
                                   draws=cfg.max_steps * cfg.train_batch_size)
