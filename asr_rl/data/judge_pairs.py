@@ -12,12 +12,13 @@ character.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from asr_rl.data.readers.base import json_lines
 
 CORRUPTIONS = ("substitute", "delete", "insert", "repeat", "truncate", "misspell")
 
@@ -44,18 +45,13 @@ def read_domain_text(path: str | os.PathLike) -> list[DomainText]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"domain text {path} does not exist")
-    lines = path.read_text(encoding="utf-8").splitlines()
     if path.suffix != ".jsonl":
-        return [DomainText(t.strip()) for t in lines if t.strip()]
+        return [DomainText(t.strip()) for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
     out = []
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
-        text = row.get("text") if isinstance(row, dict) else None
+    for lineno, row, why in json_lines(path):
+        if row is None:
+            raise ValueError(f"{path}:{lineno}: {why}")
+        text = row.get("text")
         if isinstance(text, str) and text.strip():
             out.append(DomainText(text.strip(), tuple(row.get("context") or ())))
     return out
