@@ -232,13 +232,21 @@ class UtteranceSampler:
             self._cached = (epoch, self._order(epoch))
         return self._cached[1]
 
-    def next_indices(self) -> list[int]:
-        if self.position.index + self.batch_size > self.num_items:
+    def next_indices(self, count: int | None = None, exclude: Sequence[int] = ()) -> list[int]:
+        """The next `count` (default `batch_size`) items of the epoch's order; an epoch's tail shorter
+        than that starts the next epoch. `exclude` is for samplers that draw with weights: the
+        epoch order never repeats an item within an epoch."""
+        k = self.batch_size if count is None else min(count, self.num_items)
+        if self.position.index + k > self.num_items:
             self.position = DataPosition(self.position.epoch + 1, 0)
         start = self.position.index
-        idx = self._epoch_order(self.position.epoch)[start:start + self.batch_size]
-        self.position = DataPosition(self.position.epoch, start + self.batch_size)
+        idx = self._epoch_order(self.position.epoch)[start:start + k]
+        self.position = DataPosition(self.position.epoch, start + k)
         return [int(i) for i in idx]
+
+    def signal_prior(self, index: Sequence[int]) -> list[float | None]:
+        """What this sampler knows of each item's chance to give a group with signal: nothing."""
+        return [None] * len(index)
 
     @property
     def epoch(self) -> int:
@@ -297,8 +305,14 @@ class BatchLoader:
         self._drawn: dict[int, tuple[object, int]] = {}
         self._keep_drawn = max(4096, 16 * batch_size)
 
-    def next_batch(self):
-        index = self.sampler.next_indices()
+    def next_batch(self, enough: Callable[[list], bool] | None = None, max_items: int = 0, first: int = 0):
+        """The sampler's next batch; with `enough`, a batch grown a few items at a time from `first`
+        items until `enough(priors)` holds for the sampler's `signal_prior` of the items drawn, or
+        `max_items` are drawn (trainer/rollout/refill.py plans a round of rollouts this way)."""
+        index = self.sampler.next_indices(first or None)
+        step = max(1, self.sampler.batch_size // 4)
+        while enough is not None and len(index) < max_items and not enough(self.sampler.signal_prior(index)):
+            index += self.sampler.next_indices(min(step, max_items - len(index)), exclude=index)
         items = [self.utterances[i] for i in index]
         self._remember(items, index)
         if self.make_batch is not None:

@@ -87,6 +87,7 @@ class SignalSampler:
     floor: float = 0.1
     decay: float = 0.5
     draws: int = 0
+    items_drawn: int = 0  # what `epoch` counts (a round may draw more or fewer than batch_size)
     scores: np.ndarray = field(default=None)
     last: np.ndarray = field(default=None)  # latest group per item: -1 none yet, 0 saturated, 1 signal
 
@@ -100,17 +101,29 @@ class SignalSampler:
 
     @property
     def epoch(self) -> int:
-        return self.draws * self.batch_size // self.num_items
+        return self.items_drawn // self.num_items
 
     def weights(self) -> np.ndarray:
         return sampling_weights(self.scores, self.floor)
 
-    def next_indices(self) -> list[int]:
+    def next_indices(self, count: int | None = None, exclude: Sequence[int] = ()) -> list[int]:
+        """`count` (default `batch_size`) distinct items, none of `exclude` (the items a round drew
+        already) while enough others remain."""
         w = self.weights()
+        if exclude and len(set(exclude)) < self.num_items:
+            w = w.copy()
+            w[list(exclude)] = 0.0
+        k = min(self.batch_size if count is None else count, int((w > 0).sum()))
         rng = np.random.default_rng([self.seed, self.draws])
-        idx = rng.choice(self.num_items, size=self.batch_size, replace=False, p=w / w.sum())
+        idx = rng.choice(self.num_items, size=k, replace=False, p=w / w.sum())
         self.draws += 1
+        self.items_drawn += k
         return [int(i) for i in idx]
+
+    def signal_prior(self, index: Sequence[int]) -> list[float | None]:
+        """Each item's score (the recent share of its groups with signal) as the chance that its next
+        group has signal; None for an item never scored."""
+        return [float(self.scores[i]) if self.last[i] >= 0 else None for i in index]
 
     def feedback(self, index: Sequence[int], rewards: Sequence[Sequence[float]]) -> None:
         """The scored groups of items `index` (their rewards, every member's) update the scores."""
@@ -130,13 +143,15 @@ class SignalSampler:
                 "sampler/mean_weight": float(w.mean()), "sampler/seen_share": float((self.last >= 0).mean())}
 
     def state_dict(self) -> dict:
-        return {"draws": self.draws, "scores": self.scores.tolist(), "last": self.last.tolist()}
+        return {"draws": self.draws, "items_drawn": self.items_drawn, "scores": self.scores.tolist(),
+                "last": self.last.tolist()}
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["scores"]) != self.num_items:
             raise ValueError(f"the sampler state is for {len(state['scores'])} items, this data has {self.num_items}: "
                              "resume with the manifest the run started with")
         self.draws = int(state["draws"])
+        self.items_drawn = int(state.get("items_drawn", self.draws * self.batch_size))  # older states: whole batches
         self.scores = np.asarray(state["scores"], dtype=np.float64)
         self.last = np.asarray(state["last"], dtype=np.int64)
 

@@ -182,7 +182,7 @@ class CausalPolicy(nn.Module):
 
     @torch.inference_mode()
     def _sample_loop(self, embeds: torch.Tensor, mask: torch.Tensor, sampler, max_new_tokens: int,
-                     n: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+                     n: int = 1, compact: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-by-token sampling with the KV cache, `(B, P, H)` prompts -> `(B*n, T)` new ids and
         their `(B*n, T)` sampling log-probs (rows b*n..b*n+n-1: prompt b).
 
@@ -192,6 +192,12 @@ class CausalPolicy(nn.Module):
         prompt), so scoring with `logprobs` sees the same distribution. With `shared_prefix` each
         prompt is prefilled once; its n samples attend to its cache in place (`prefix_attention=
         "grouped"`) or to it repeated n times (`"gather"`).
+
+        Finished sequences leave the batch: a row (a whole group with the grouped prompt, whose
+        layout is per group) whose samples all ended is dropped from the cache, so one long
+        response no longer keeps every finished one decoding padding to its end. Each row's draws
+        depend only on its seed, the step and its own logits: the tokens are those of the full batch
+        (`compact=False`, the reference, keeps every row to the end).
         """
         cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=embeds.device)
@@ -209,16 +215,28 @@ class CausalPolicy(nn.Module):
                 cache.batch_repeat_interleave(n)
             logits, mask = logits.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
             positions = positions.repeat_interleave(n, dim=0)
-        done = torch.zeros(logits.shape[0], dtype=torch.bool, device=embeds.device)
-        tokens, logps = [], []
-        for _ in range(max_new_tokens):
+        N, unit = logits.shape[0], n if grouped is not None else 1  # rows leave the batch `unit` at a time
+        tokens = torch.full((N, max_new_tokens), self.pad_id, dtype=torch.long, device=embeds.device)
+        logps = torch.zeros(N, max_new_tokens, device=embeds.device)
+        live = torch.arange(N, device=embeds.device)  # the rows still in the batch
+        done = torch.zeros(N, dtype=torch.bool, device=embeds.device)
+        for t in range(max_new_tokens):
             nxt, logp = sampler.draw(logits.float().index_fill(-1, forbidden, float("-inf")))
             nxt = nxt.masked_fill(done, self.pad_id)
-            tokens.append(nxt)
-            logps.append(logp)
+            tokens[live, t], logps[live, t] = nxt, logp.masked_fill(done, 0.0)
             done |= nxt == self.eos_id
             if bool(done.all()):
                 break
+            finished = done.view(-1, unit).all(dim=1)
+            if compact and bool(finished.any()):  # compact: keep the units with a sample still going
+                units = (~finished).nonzero().squeeze(1)
+                rows = (units[:, None] * unit + torch.arange(unit, device=units.device)).reshape(-1)
+                live, done, nxt, mask, positions = live[rows], done[rows], nxt[rows], mask[rows], positions[rows]
+                sampler.select(rows)
+                if grouped is not None:
+                    grouped.select(units)
+                else:
+                    cache.batch_select_indices(rows)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
             if grouped is not None:
@@ -227,29 +245,15 @@ class CausalPolicy(nn.Module):
             out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions, use_cache=True,
                              logits_to_keep=1, **{cache_kw: cache})
             logits, cache = out.logits[:, -1], _cache_of(out)
-        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
+        return tokens[:, :t + 1], logps[:, :t + 1]
 
     def _grouped_decoder(self, prompt_cache, prompt_mask: torch.Tensor, n: int, cache_kw: str):
-        """With `prefix_attention="grouped"`: a decoding step `(ids (N,), positions (N, 1)) -> logits
-        (N, V)` whose n samples of a prompt attend to its U-row prefill cache in place and to a cache
-        of their own tokens only (models/grouped_attention.py), instead of the prefill cache
-        repeated n times. None otherwise."""
+        """With `prefix_attention="grouped"`: a `GroupedDecoding` whose n samples of a prompt attend
+        to its U-row prefill cache in place and to a cache of their own tokens only
+        (models/grouped_attention.py), instead of the prefill cache repeated n times. None otherwise."""
         if self.prefix_attention != "grouped":
             return None
-        from transformers import DynamicCache
-
-        from asr_rl.models import grouped_attention as ga
-
-        keys, values = [layer.keys for layer in prompt_cache.layers], [layer.values for layer in prompt_cache.layers]
-        own, body, N = DynamicCache(), self.body(), prompt_mask.shape[0] * n
-
-        def step(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-            seen = torch.ones(N, own.get_seq_length() + 1, dtype=torch.bool, device=ids.device)
-            with ga.grouped_prefix(body, ga.GroupedPrefix(keys, values, prompt_mask.bool(), seen, queries=1)):
-                out = self.model(input_ids=ids[:, None], position_ids=positions, use_cache=True, logits_to_keep=1,
-                                 **{cache_kw: own})
-            return out.logits[:, -1]
-        return step
+        return GroupedDecoding(self, prompt_cache, prompt_mask, n, cache_kw)
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:
         """Generated ids (new tokens only) -> Responses, masking everything after the first EOS."""
@@ -351,6 +355,37 @@ class CausalPolicy(nn.Module):
         model = merged_copy(self.model) if has_lora(self.model) else self.model
         model.save_pretrained(path)
         self.save_extra(path)
+
+
+class GroupedDecoding:
+    """A decoding step `(ids (N,), positions (N, 1)) -> logits (N, V)` against grouped prompt keys
+    (policy's `_grouped_decoder`); `select` keeps some groups (finished ones leave the batch)."""
+
+    def __init__(self, policy, prompt_cache, prompt_mask: torch.Tensor, n: int, cache_kw: str):
+        from transformers import DynamicCache
+
+        self.policy, self.n, self.cache_kw, self.body = policy, n, cache_kw, policy.body()
+        self.keys = [layer.keys for layer in prompt_cache.layers]
+        self.values = [layer.values for layer in prompt_cache.layers]
+        self.prompt_mask, self.own = prompt_mask.bool(), DynamicCache()
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        from asr_rl.models import grouped_attention as ga
+
+        seen = torch.ones(ids.shape[0], self.own.get_seq_length() + 1, dtype=torch.bool, device=ids.device)
+        with ga.grouped_prefix(self.body, ga.GroupedPrefix(self.keys, self.values, self.prompt_mask, seen, queries=1)):
+            out = self.policy.model(input_ids=ids[:, None], position_ids=positions, use_cache=True, logits_to_keep=1,
+                                    **{self.cache_kw: self.own})
+        return out.logits[:, -1]
+
+    def select(self, groups: torch.Tensor) -> None:
+        """Keep groups `groups` (indices into the current ones) and their samples' own caches."""
+        self.keys, self.values = [k[groups] for k in self.keys], [v[groups] for v in self.values]
+        self.prompt_mask = self.prompt_mask[groups]
+        rows = (groups[:, None] * self.n + torch.arange(self.n, device=groups.device)).reshape(-1)
+        for layer in self.own.layers:  # indexed here: the cache's own batch_select_indices is the per-response gather
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
 
 
 def group_index(n_prompts: int, n: int, device=None) -> torch.Tensor:

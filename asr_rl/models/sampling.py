@@ -91,6 +91,10 @@ class SeededSampler:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.step = 0
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the seeds of `rows` (the sequences still decoding)."""
+        self.seeds = self.seeds[rows.to(self.seeds.device)]
+
     def draw(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`(B, V)` logits -> `(B,)` sampled tokens and their `(B,)` log-probs under the filtered
         distribution they were drawn from (vLLM's `processed_logprobs`)."""
@@ -116,6 +120,10 @@ class SeededGumbelSampler(LogitsProcessor):
         self.seeds = torch.as_tensor([int(s) for s in seeds], dtype=torch.int64)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.step = 0
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the seeds of `rows` (the sequences still decoding)."""
+        self.seeds = self.seeds[rows.to(self.seeds.device)]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         return self._perturbed(filter_logits(scores.float(), self.temperature, self.top_k, self.top_p))

@@ -196,3 +196,30 @@ def test_grouped_attention_makes_no_per_response_copy_of_the_prompt(policy_and_r
     assert len(seen) == layers * steps and steps in (ids.shape[1] - 1, ids.shape[1]) and steps > 1
     assert {s[1:4] for s in seen} == {(len(rows), len(rows), len(rows) * n)}
     assert sorted({s[4] for s in seen}) == list(range(1, steps + 1))
+
+
+@pytest.mark.parametrize("shared,attention", [(True, "grouped"), (True, "gather"), (False, "grouped")])
+def test_finished_rows_leave_the_batch_and_the_draws_stay_the_same(policy_and_rows, shared, attention):
+    """With only EOS and a few other tokens allowed, samples end at different steps: the compacting
+    loop (finished rows, or whole groups with the grouped prompt, dropped from the cache) draws the
+    same tokens with the same log-probs as the loop that keeps every row to the end."""
+    policy, rows = policy_and_rows
+    policy.eval()
+    embeds, mask = policy.embed_rows(rows)
+    n, vocab = 4, policy.model.get_output_embeddings().weight.shape[0]
+    allowed = sorted(set(range(vocab)) - set(policy.forbidden_ids) - {policy.pad_id, policy.eos_id})[:6]
+    forbidden = policy.forbidden_ids
+    policy.forbidden_ids = sorted(set(range(vocab)) - set(allowed) - {policy.eos_id})
+    policy.shared_prefix, policy.prefix_attention = shared, attention
+    try:
+        outs = [policy._sample_loop(embeds, mask, SeededGumbelSampler(list(range(7, 7 + len(rows) * n))), 30, n,
+                                    compact=compact) for compact in (False, True)]
+    finally:
+        policy.forbidden_ids, policy.shared_prefix, policy.prefix_attention = forbidden, True, "grouped"
+    (ids_full, logp_full), (ids, logp) = outs
+    assert torch.equal(ids, ids_full)
+    assert (logp - logp_full).abs().max() <= 1e-5
+    ended = [int((r == policy.eos_id).nonzero()[0]) if (r == policy.eos_id).any() else None for r in ids]
+    groups = [ended[g * n:(g + 1) * n] for g in range(len(rows))]
+    early = [max(g) for g in groups if None not in g and max(g) < ids.shape[1] - 1]
+    assert len(set(ended)) > 2 and early  # samples ended at different steps, a whole group before the last one

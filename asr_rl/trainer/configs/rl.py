@@ -81,6 +81,10 @@ class RolloutConfig:
             `--algo.dynamic_filtering_range`, which reads the reward's scores; [0, 1] with 0/1 rewards
             is DAPO's filter). null = ties only.
         max_filter_rounds: extra sampling rounds to refill a filtered batch before training on fewer.
+        max_oversample: with dynamic filtering, a round draws as many prompts as it predicts it needs to
+            fill the batch after filtering (each prompt's chance of a group with signal, from the
+            sampler's history and the share kept lately; trainer/rollout/refill.py), at most this many
+            times the prompts it lacks; 1 = draw only what it lacks, and refill.
         async_enable: engine actors (`distributed.vllm_num_engines`, HF or vLLM) generate the next
             batches while the trainer updates (OpenRLHF `async_enable`); Ray only.
         async_queue_size: batches generated ahead: their samples are this many updates stale, which
@@ -101,6 +105,7 @@ class RolloutConfig:
     dynamic_filtering: bool | None = None
     dynamic_filtering_range: tuple[float, ...] | None = None
     max_filter_rounds: int = setting(3, ge=0)
+    max_oversample: float = setting(3.0, ge=1, note="1 = no over-sampling")
     async_enable: bool = False
     async_queue_size: int = setting(1, ge=0, le=8, note="samples more than a few updates stale train poorly")
     reference_in_group: bool = False

@@ -24,6 +24,7 @@ from asr_rl.trainer.configs.rl import RLConfig
 from asr_rl.trainer.driver.roles import Backend
 from asr_rl.trainer.rollout.experience import (Experience, Group, add_references, attach_rewards, build_experience,
                                                make_samples, merge_reward_outputs)
+from asr_rl.trainer.rollout.refill import KeepRate, RoundPlan
 from asr_rl.trainer.run.checkpoint import load_state, rng_state, save_checkpoint, save_final, set_rng_state
 from asr_rl.trainer.run.metrics import timer
 from asr_rl.trainer.run.step_end import StepEnd
@@ -42,6 +43,7 @@ class RLTrainer:
         self.kl_ctl = (AdaptiveKLController(a.init_kl_coef, a.kl_target, a.kl_horizon) if a.kl_target
                        else FixedKLController(a.init_kl_coef))
         self.step_no = 0
+        self.keep_rate = KeepRate()  # the share of groups dynamic filtering keeps (sizes the rounds)
         # asynchronous rollouts: (batch, rows, handle) of steps to come, submitted to the engines,
         # and the data position before the first of them (what a checkpoint records)
         self._pending: deque = deque()
@@ -86,7 +88,7 @@ class RLTrainer:
         lags = []
         while len(kept) < want and rounds <= self.cfg.rollout.max_filter_rounds:
             batch, rows, handle = (self._pending.popleft() if rounds == 0 and self._pending
-                                   else self.submit(self.step_no, rounds))
+                                   else self.submit(self.step_no, rounds, want - len(kept)))
             samples, version = self.backend.collect(handle)
             lags.append(self.step_no - version)
             groups = self.make_groups(batch.items, rows, samples, version)
@@ -97,6 +99,7 @@ class RLTrainer:
             seen += len(groups)
             informative = [g for g in groups if self.keep_group(g)] if self.cfg.dynamic_filtering else groups
             dropped += len(groups) - len(informative)
+            self.keep_rate.update(len(informative), len(groups))
             kept += informative
             rounds += 1
         # Data-parallel ranks take whole groups in equal shares: keep a multiple of the rank count
@@ -109,6 +112,7 @@ class RLTrainer:
                                "rollout.max_filter_rounds, or set rollout.dynamic_filtering=false")
         return kept[:keep], {"rollout/groups_seen": seen, "rollout/groups_filtered": dropped,
                              "rollout/groups_kept": keep, "rollout/rounds": rounds,
+                             "rollout/keep_rate": self.keep_rate.value,
                              "rollout/version_lag": sum(lags) / len(lags),
                              **{f"reward/{k}": v / rounds for k, v in logs.items()}}
 
@@ -128,9 +132,17 @@ class RLTrainer:
             add_references(groups, refs, self.backend.decode)
         return groups
 
-    def submit(self, step: int, round_no: int):
-        """Draw a batch, encode it and start sampling it (seeds of `step` and `round_no`)."""
-        batch = self.loader.next_batch()
+    def submit(self, step: int, round_no: int, need: int | None = None):
+        """Draw a batch for `need` groups (default a whole one), encode it and start sampling it
+        (seeds of `step` and `round_no`). With dynamic filtering the batch holds as many prompts as
+        `need` groups with signal are predicted to take (rollout/refill.py)."""
+        r = self.cfg.rollout
+        need = r.rollout_batch_size if need is None else need
+        if self.cfg.dynamic_filtering and r.max_oversample > 1:
+            plan = RoundPlan(need, self.keep_rate.value, r.max_oversample)
+            batch = self.loader.next_batch(plan.enough, plan.max_items, first=need)
+        else:
+            batch = self.loader.next_batch()
         rows = self.backend.encode(batch)
         n = self.cfg.rollout.n_samples_per_prompt
         seeds = [sequence_seed(self.cfg.seed, step, round_no, getattr(item, "id", k), j)
@@ -211,7 +223,7 @@ class RLTrainer:
         data = self._data_before_pending if self._pending else self.loader.state_dict()
         # "workers": the key older checkpoints have the backend's state under
         state = {"step": self.step_no, "data": data, "rng": rng_state(),
-                 "kl_coef": self.kl_ctl.value, "workers": self.backend.state_dict()}
+                 "kl_coef": self.kl_ctl.value, "keep_rate": self.keep_rate.value, "workers": self.backend.state_dict()}
         save_checkpoint(self.output_dir, self.step_no, self.backend.save_model, state, self.cfg.max_ckpt_num,
                         save_state=self.backend.save_engine_state)
 
@@ -224,6 +236,7 @@ class RLTrainer:
         self.loader.load_state_dict(state["data"])
         set_rng_state(state["rng"])
         self.kl_ctl.value = state["kl_coef"]
+        self.keep_rate.value = state.get("keep_rate", self.keep_rate.value)  # older checkpoints: none
         self.step_no = int(state["step"])
         self.backend.sync_weights(self.step_no)
 

@@ -46,9 +46,37 @@ def test_dynamic_filtering_drops_tied_groups_and_refills(tiny_model, tiny_corpus
     assert row["rollout/groups_filtered"] == 2 and row["rollout/groups_kept"] == 2 and row["rollout/rounds"] == 2
 
 
+def test_rounds_sized_by_the_predicted_keep_rate_refill_less(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    """Half the utterances always tie (by id): drawing one batch a round and refilling
+    (max_oversample=1) takes more rounds than rounds sized by the keep rate (refill.py), which
+    still trains on rollout_batch_size groups a step."""
+    import zlib
+
+    def script(call, samples):
+        return [1.0 if zlib.crc32(s.prompt.encode()) % 2 else float(i % 4) for i, s in enumerate(samples)]
+
+    class ById(_Reward):
+        def __call__(self, samples):
+            values = script(self.calls, samples)
+            self.calls += 1
+            return RewardOutput(rewards=values, terms={"scripted": values})
+
+    rounds = {}
+    for factor in (1, 3):
+        out = tmp_path / f"x{factor}"
+        _run_with_reward(monkeypatch, ById(None), *_overrides(tiny_model, tiny_corpus, out, "max_steps=4", "save_steps=0",
+                                                               f"rollout.max_oversample={factor}"))
+        rows = read_metrics(out)
+        assert all(r["rollout/groups_kept"] == 2 for r in rows)
+        rounds[factor] = sum(r["rollout/rounds"] for r in rows)
+    assert rounds[3] < rounds[1], rounds
+
+
 def test_filtering_that_never_finds_signal_is_a_clear_error(tiny_model, tiny_corpus, tmp_path, monkeypatch):
+    # rounds of 2, 5, 6, 6 prompts (refill.py: the keep rate 1 -> 0.7 -> 0.49 -> 0.343 sizes rounds 2-4:
+    # 5 prompts at 0.7 give 3.5 - sqrt(1.05) >= 2; at 0.49 the cap of 3 x 2 is reached first)
     reward = _Reward(lambda call, n: [1.0] * n)
-    with pytest.raises(RuntimeError, match="dynamic filtering kept 0 of 8 groups in 4 rounds"):
+    with pytest.raises(RuntimeError, match="dynamic filtering kept 0 of 19 groups in 4 rounds"):
         _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1"))
 
 
