@@ -47,7 +47,7 @@ def _preference_commands() -> dict[str, list[str]]:
 def _train_commands() -> list[str]:
     from asr_rl.trainer.recipes.rl import PRESETS
 
-    return ["sft", *PRESETS, *_preference_commands(), "rm"]
+    return ["sft", *PRESETS, *_preference_commands(), "rm", "scorer"]
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -70,6 +70,10 @@ def _train(args: argparse.Namespace) -> int:
         from asr_rl.trainer.recipes.rm import train_rm
 
         out = train_rm(load_config(RMConfig, args.config, args.overrides))
+    elif args.algo == "scorer":
+        from asr_rl.trainer.recipes.scorer import ScorerConfig, train_scorer
+
+        out = train_scorer(load_config(ScorerConfig, args.config, args.overrides))
     else:
         from asr_rl.trainer.recipes.rl import train_rl
 
@@ -165,7 +169,7 @@ def _add_model_commands(sub) -> None:
 
 def _add_run_commands(sub) -> None:
     """train, eval and report."""
-    train = sub.add_parser("train", help="sft | grpo | ppo | dpo | kto | rm; then --config FILE and key=value "
+    train = sub.add_parser("train", help="sft | grpo | ppo | dpo | kto | rm | scorer; then --config FILE and key=value "
                                          "overrides")
     train.add_argument("algo", metavar="ALGO", choices=Deferred(_train_commands),
                        help=Deferred(lambda: " | ".join(_train_commands())))
@@ -212,7 +216,8 @@ def _add_reward_commands(sub) -> None:
     reward = sub.add_parser("reward", help="reward server").add_subparsers(dest="reward_cmd", required=True)
     srv = reward.add_parser("serve", help="serve a reward over OpenRLHF's /get_reward protocol")
     srv.add_argument("--reward", default="builtin:asr", help="builtin:asr, builtin:cer,keyword=0.5,... (term[=weight]), judge:DIR "
-                                                         "(a reward model trained on `data judge-pairs`) or PATH.py")
+                                                         "(a reward model trained on `data judge-pairs`), acoustic:DIR "
+                                                         "(an acoustic scorer from `train scorer`) or PATH.py")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1 unless told otherwise)")
     srv.add_argument("--port", type=int, default=5000)
     srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (or $ASR_RL_REWARD_TOKEN)")

@@ -89,7 +89,7 @@ def test_a_bad_setting_exits_2_with_one_line_and_no_traceback(tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("args, message", [
-    (["reward.terms={cre: 1.0}"], "reward.terms: unknown reward term 'cre'; valid: biasing, cer, "),
+    (["reward.terms={cre: 1.0}"], "reward.terms: unknown reward term 'cre'; valid: acoustic, biasing, cer, "),
     (["reward.remote_url=127.0.0.1:18761"], "reward.remote_url: reward server URL '127.0.0.1:18761' has no http:// "
                                             "or https:// scheme: add http://"),
 ])

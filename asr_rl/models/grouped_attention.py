@@ -136,3 +136,32 @@ def grouped_prefix(body: nn.Module, state: GroupedPrefix):
     if state.calls != set(range(len(state.keys))):
         raise RuntimeError(f"{type(body).__name__}: layers {sorted(set(range(len(state.keys))) - state.calls)} "
                            "bypassed transformers' attention interface; use model.shared_prefix with the gather")
+
+
+class GroupedDecoding:
+    """A decoding step `(ids (N,), positions (N, 1)) -> logits (N, V)` against grouped prompt keys
+    (policy's `_grouped_decoder`); `select` keeps some groups (finished ones leave the batch)."""
+
+    def __init__(self, policy, prompt_cache, prompt_mask: torch.Tensor, n: int, cache_kw: str):
+        from transformers import DynamicCache
+
+        self.policy, self.n, self.cache_kw, self.body = policy, n, cache_kw, policy.body()
+        self.keys = [layer.keys for layer in prompt_cache.layers]
+        self.values = [layer.values for layer in prompt_cache.layers]
+        self.prompt_mask, self.own = prompt_mask.bool(), DynamicCache()
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        seen = torch.ones(ids.shape[0], self.own.get_seq_length() + 1, dtype=torch.bool, device=ids.device)
+        with grouped_prefix(self.body, GroupedPrefix(self.keys, self.values, self.prompt_mask, seen, queries=1)):
+            out = self.policy.model(input_ids=ids[:, None], position_ids=positions, use_cache=True, logits_to_keep=1,
+                                    **{self.cache_kw: self.own})
+        return out.logits[:, -1]
+
+    def select(self, groups: torch.Tensor) -> None:
+        """Keep groups `groups` (indices into the current ones) and their samples' own caches."""
+        self.keys, self.values = [k[groups] for k in self.keys], [v[groups] for v in self.values]
+        self.prompt_mask = self.prompt_mask[groups]
+        rows = (groups[:, None] * self.n + torch.arange(self.n, device=groups.device)).reshape(-1)
+        for layer in self.own.layers:  # indexed here: the cache's own batch_select_indices is the per-response gather
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[rows], layer.values[rows]

@@ -201,20 +201,7 @@ class CausalPolicy(nn.Module):
         """
         cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         forbidden = torch.as_tensor(self.forbidden_ids, dtype=torch.long, device=embeds.device)
-        if not self.shared_prefix:
-            embeds, mask = embeds.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
-        # explicit positions: a model that derives them itself from ids it is not given (the
-        # Qwen2.5-Omni thinker's 3-D rotary index) gets them wrong once decoding passes ids
-        positions = torch.arange(embeds.shape[1], device=embeds.device).expand(embeds.shape[0], -1)
-        out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1)
-        logits, cache = out.logits[:, -1], _cache_of(out)
-        grouped = self._grouped_decoder(cache, mask, n, cache_kw) if self.shared_prefix and n > 1 else None
-        if self.shared_prefix and n > 1:
-            if grouped is None:
-                cache.batch_repeat_interleave(n)
-            logits, mask = logits.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
-            positions = positions.repeat_interleave(n, dim=0)
+        logits, cache, grouped, mask, positions = self._prefill(embeds, mask, n, cache_kw)
         N, unit = logits.shape[0], n if grouped is not None else 1  # rows leave the batch `unit` at a time
         tokens = torch.full((N, max_new_tokens), self.pad_id, dtype=torch.long, device=embeds.device)
         logps = torch.zeros(N, max_new_tokens, device=embeds.device)
@@ -247,12 +234,33 @@ class CausalPolicy(nn.Module):
             logits, cache = out.logits[:, -1], _cache_of(out)
         return tokens[:, :t + 1], logps[:, :t + 1]
 
+    def _prefill(self, embeds: torch.Tensor, mask: torch.Tensor, n: int, cache_kw: str):
+        """The prompts' forward: first logits `(B*n, V)`, the cache, the grouped decoder (or None),
+        and the mask and positions per sample row."""
+        if not self.shared_prefix:
+            embeds, mask = embeds.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+        # explicit positions: a model that derives them itself from ids it is not given (the
+        # Qwen2.5-Omni thinker's 3-D rotary index) gets them wrong once decoding passes ids
+        positions = torch.arange(embeds.shape[1], device=embeds.device).expand(embeds.shape[0], -1)
+        out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1)
+        logits, cache = out.logits[:, -1], _cache_of(out)
+        grouped = self._grouped_decoder(cache, mask, n, cache_kw) if self.shared_prefix and n > 1 else None
+        if self.shared_prefix and n > 1:
+            if grouped is None:
+                cache.batch_repeat_interleave(n)
+            logits, mask = logits.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+            positions = positions.repeat_interleave(n, dim=0)
+        return logits, cache, grouped, mask, positions
+
     def _grouped_decoder(self, prompt_cache, prompt_mask: torch.Tensor, n: int, cache_kw: str):
         """With `prefix_attention="grouped"`: a `GroupedDecoding` whose n samples of a prompt attend
         to its U-row prefill cache in place and to a cache of their own tokens only
         (models/grouped_attention.py), instead of the prefill cache repeated n times. None otherwise."""
         if self.prefix_attention != "grouped":
             return None
+        from asr_rl.models.grouped_attention import GroupedDecoding
+
         return GroupedDecoding(self, prompt_cache, prompt_mask, n, cache_kw)
 
     def responses_from_generated(self, out: torch.Tensor) -> Responses:
@@ -355,37 +363,6 @@ class CausalPolicy(nn.Module):
         model = merged_copy(self.model) if has_lora(self.model) else self.model
         model.save_pretrained(path)
         self.save_extra(path)
-
-
-class GroupedDecoding:
-    """A decoding step `(ids (N,), positions (N, 1)) -> logits (N, V)` against grouped prompt keys
-    (policy's `_grouped_decoder`); `select` keeps some groups (finished ones leave the batch)."""
-
-    def __init__(self, policy, prompt_cache, prompt_mask: torch.Tensor, n: int, cache_kw: str):
-        from transformers import DynamicCache
-
-        self.policy, self.n, self.cache_kw, self.body = policy, n, cache_kw, policy.body()
-        self.keys = [layer.keys for layer in prompt_cache.layers]
-        self.values = [layer.values for layer in prompt_cache.layers]
-        self.prompt_mask, self.own = prompt_mask.bool(), DynamicCache()
-
-    def __call__(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        from asr_rl.models import grouped_attention as ga
-
-        seen = torch.ones(ids.shape[0], self.own.get_seq_length() + 1, dtype=torch.bool, device=ids.device)
-        with ga.grouped_prefix(self.body, ga.GroupedPrefix(self.keys, self.values, self.prompt_mask, seen, queries=1)):
-            out = self.policy.model(input_ids=ids[:, None], position_ids=positions, use_cache=True, logits_to_keep=1,
-                                    **{self.cache_kw: self.own})
-        return out.logits[:, -1]
-
-    def select(self, groups: torch.Tensor) -> None:
-        """Keep groups `groups` (indices into the current ones) and their samples' own caches."""
-        self.keys, self.values = [k[groups] for k in self.keys], [v[groups] for v in self.values]
-        self.prompt_mask = self.prompt_mask[groups]
-        rows = (groups[:, None] * self.n + torch.arange(self.n, device=groups.device)).reshape(-1)
-        for layer in self.own.layers:  # indexed here: the cache's own batch_select_indices is the per-response gather
-            if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
 
 
 def group_index(n_prompts: int, n: int, device=None) -> torch.Tensor:

@@ -30,6 +30,8 @@ class Sample:
         duration: audio seconds, when known.
         group_id: index of the prompt this sample belongs to (samples of one group share it).
         context: the context list the prompt named (contextual biasing: the user's hotwords).
+        audio: the utterance's audio reference (a path, or a path with its segment), for terms
+            that listen (rewards/acoustic.py); None on the text path.
         metadata: any other manifest/prompt-set fields.
     """
 
@@ -44,6 +46,7 @@ class Sample:
     duration: float | None = None
     group_id: int = 0
     context: tuple[str, ...] = ()
+    audio: str | None = None
     metadata: dict = field(default_factory=dict, compare=False, hash=False)
 
 

@@ -90,13 +90,17 @@ def _spec_terms(spec: str) -> dict[str, float]:
 
 def load_reward_spec(spec: str):
     """`builtin:asr` (the default multi-term ASR reward), `builtin:<term>[=<weight>][,...]` (weight 1.0
-    when not given, e.g. `builtin:cer,keyword=0.5`), `judge:DIR` (rewards/judge.py), or a `.py` path."""
+    when not given, e.g. `builtin:cer,keyword=0.5`), `judge:DIR` (rewards/judge.py), `acoustic:DIR` (the
+    listening term, rewards/acoustic.py), or a `.py` path."""
     if spec.startswith("builtin:"):
         return WeightedReward(_spec_terms(spec))
     if spec.startswith("judge:"):
         from asr_rl.rewards.judge import JudgeReward
 
         return JudgeReward(reward_spec_config(spec).judge)
+    if spec.startswith("acoustic:"):
+        cfg = reward_spec_config(spec)
+        return WeightedReward(cfg.terms, cfg.term_options)
     return load_reward_file(spec)
 
 
@@ -108,6 +112,13 @@ def reward_spec_config(spec: str) -> RewardConfig:
         return RewardConfig(terms=dict(_spec_terms(spec)))
     if spec.startswith("judge:"):
         return RewardConfig(terms=None, judge=spec.split(":", 1)[1])
+    if spec.startswith("acoustic:"):  # the listening term alone (rewards/acoustic.py)
+        folder = spec.split(":", 1)[1]
+        if not os.path.isfile(os.path.join(folder, "scorer.json")):
+            raise FileNotFoundError(f"acoustic:{folder}: no acoustic scorer there (scorer.json); make one with "
+                                    "`asr-rl train scorer`")
+        term = "acoustic"  # the registered term (terms.py) that reads the folder
+        return RewardConfig(terms={term: 1.0}, term_options={term: {"scorer": folder}})
     if spec.startswith(("http://", "https://")):
         return RewardConfig(terms=None, remote_url=spec)
     if spec.endswith(".py"):
@@ -115,7 +126,8 @@ def reward_spec_config(spec: str) -> RewardConfig:
             raise FileNotFoundError(f"reward file {spec} does not exist")
         return RewardConfig(terms=None, file=spec)
     raise ValueError(f"reward {spec!r}: give builtin:asr, builtin:<term>[=<weight>],... (e.g. builtin:cer,fluency=0.2), "
-                     "judge:DIR (a judge reward model), a .py reward file or an http(s):// reward server")
+                     "judge:DIR (a judge reward model), acoustic:DIR (an acoustic scorer), a .py reward file or an "
+                     "http(s):// reward server")
 
 
 __all__ = ["make_reward", "load_reward_spec", "reward_spec_config", "check_reward_coverage"]

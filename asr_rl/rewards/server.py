@@ -90,6 +90,7 @@ _SAMPLE_CHECKS = {
                  "a number or null"),
     "group_id": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
     "context": (lambda v: v is None or _is_str_list(v), "a list of strings"),
+    "audio": (lambda v: v is None or isinstance(v, str), "a string (the audio's path) or null"),
     "metadata": (lambda v: v is None or isinstance(v, dict), "an object"),
 }
 assert set(_SAMPLE_CHECKS) == {f.name for f in fields(Sample)}, "keep _SAMPLE_CHECKS in step with Sample"

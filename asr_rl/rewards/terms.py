@@ -28,14 +28,15 @@ TermFn = Callable[..., list[float]]
 @dataclass(frozen=True)
 class TermSpec:
     needs_reference: bool = True  # False: scores a hypothesis from the audio's facts alone
+    needs_audio: bool = False  # True: listens to the sample's audio (`Sample.audio`), e.g. `acoustic`
 
 
 # A term maps a batch of `Sample`s to one score per sample, each from its own sample only.
 TERMS: Registry[TermFn] = Registry("reward term", TermSpec)
 
 
-def register_term(name: str, needs_reference: bool = True) -> Callable[[TermFn], TermFn]:
-    return TERMS.register(name, needs_reference=needs_reference)
+def register_term(name: str, needs_reference: bool = True, needs_audio: bool = False) -> Callable[[TermFn], TermFn]:
+    return TERMS.register(name, needs_reference=needs_reference, needs_audio=needs_audio)
 
 
 def get_term(name: str) -> TermFn:
@@ -55,6 +56,15 @@ def cer_term(samples: list[Sample], floor: float = 0.0) -> list[float]:
     [0.8888888888888888]
     """
     return [max(floor, 1.0 - cer(s.reference, s.hypothesis)) for s in samples]
+
+
+@register_term("acoustic", needs_reference=False, needs_audio=True)
+def acoustic_term(samples: list[Sample], scorer: str | None = None) -> list[float]:
+    """exp(log P(hypothesis | audio) / frames) under the acoustic scorer in folder `scorer` (made by
+    `asr-rl train scorer`): a term that listens and needs no transcript (rewards/acoustic.py)."""
+    from asr_rl.rewards.acoustic import acoustic_scores  # torch and the scorer's models, only when used
+
+    return acoustic_scores(samples, scorer)
 
 
 @register_term("wer")

@@ -170,8 +170,15 @@ def make_samples(groups: list[Group], parse) -> list[Sample]:
                 language=getattr(item, "language", None), keywords=tuple(getattr(item, "keywords", ()) or ()),
                 prompt=getattr(item, "prompt_text", None) or getattr(item, "id", ""), response=text,
                 predicted_language=lang, well_formed=ok, duration=getattr(item, "duration", None), group_id=gid,
-                context=tuple(getattr(item, "context", ()) or ()), metadata=dict(getattr(item, "meta", {}) or {})))
+                context=tuple(getattr(item, "context", ()) or ()), audio=_audio_ref(item),
+                metadata=dict(getattr(item, "meta", {}) or {})))
     return samples
+
+
+def _audio_ref(item) -> str | None:
+    """The audio reference a listening reward term opens (`load_audio`'s argument), as a string."""
+    audio = getattr(item, "audio", None)
+    return None if audio is None else str(audio)
 
 
 def attach_rewards(groups: list[Group], out: RewardOutput) -> None:
