@@ -5,7 +5,8 @@
 * TRL-style functions `(completions, **kwargs) -> list[float | None]`: a module-level list
   `reward_funcs` (with optional `reward_weights`), or a single function whose first parameter is
   named `completions`. Dataset columns arrive as keyword lists (`text`, `language`, `keywords`,
-  `context`, `duration`, `id`, `speaker`, and any other manifest field), plus `prompts` and `references`.
+  `context`, `duration`, `audio` (its path), `id`, `speaker`, and any other manifest field), plus
+  `prompts` and `references`.
   `None` means "does not apply to this sample": the sample's reward is the weighted sum of the
   functions that do apply, and a sample that no function applies to is an error (never a 0).
 
@@ -48,7 +49,7 @@ def _columns(samples: list[Sample]) -> dict[str, list]:
                              "text": [s.reference for s in samples], "language": [s.language for s in samples],
                              "keywords": [list(s.keywords) for s in samples],
                              "context": [list(s.context) for s in samples],
-                             "duration": [s.duration for s in samples]}
+                             "duration": [s.duration for s in samples], "audio": [s.audio for s in samples]}
     extra = sorted({k for s in samples for k in s.metadata} - set(cols))
     for k in extra:
         cols[k] = [s.metadata.get(k) for s in samples]

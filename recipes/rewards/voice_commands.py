@@ -17,7 +17,13 @@ lexicon; never the reference or its keywords.
   transcript falls outside it).
 
 What it cannot see: which of two valid commands was said ("call anna" for "call emma" passes).
+With `VOICE_COMMANDS_SCORER=DIR` (an `asr-rl train scorer` folder) in the environment a fourth
+function listens: `acoustic`, exp(log P(hypothesis | audio) / frames) under that scorer
+(asr_rl/rewards/acoustic.py), weighted `VOICE_COMMANDS_ACOUSTIC_WEIGHT` (default 1).
 """
+import os
+from functools import lru_cache
+
 from asr_rl.data.synth.grammar_en import DEVICES, MESSAGES, NAMES, ROOMS, number_words
 from asr_rl.rewards.base import Sample
 from asr_rl.rewards.grammar import WordGrammar
@@ -85,3 +91,20 @@ def speaking_rate(completions, duration, **kwargs):
 
 reward_funcs = [command_validity, no_loops, speaking_rate]
 reward_weights = [1.0, 0.5, 0.5]
+
+
+@lru_cache(maxsize=1)
+def _acoustic_term(folder: str):
+    from asr_rl.rewards.acoustic import AcousticTerm
+
+    return AcousticTerm(folder)
+
+
+def acoustic(completions, audio, **kwargs):
+    return _acoustic_term(SCORER).scores([Sample(c, None, audio=a) for c, a in zip(completions, audio)])
+
+
+SCORER = os.environ.get("VOICE_COMMANDS_SCORER")
+if SCORER:
+    reward_funcs.append(acoustic)
+    reward_weights.append(float(os.environ.get("VOICE_COMMANDS_ACOUSTIC_WEIGHT", "1.0")))

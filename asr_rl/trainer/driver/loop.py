@@ -140,7 +140,8 @@ class RLTrainer:
         need = r.rollout_batch_size if need is None else need
         if self.cfg.dynamic_filtering and r.max_oversample > 1:
             plan = RoundPlan(need, self.keep_rate.value, r.max_oversample)
-            batch = self.loader.next_batch(plan.enough, plan.max_items, first=need)
+            first = max(need, self.backend.group_multiple)  # a prompt for every rank
+            batch = self.loader.next_batch(plan.enough, max(plan.max_items, first), first=first)
         else:
             batch = self.loader.next_batch()
         rows = self.backend.encode(batch)

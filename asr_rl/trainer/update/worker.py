@@ -50,8 +50,8 @@ class PolicyWorker:
             raise RuntimeError(f"policy rank {self.rank} has no rollout engine: engine actors sample "
                                f"(rollout.engine={r.engine}, async_enable={r.async_enable})")
         self.policy.eval()
-        with self.full_weights():
-            return self.engine.generate(rows, n, self.cfg.rollout, seeds)
+        with self.full_weights():  # entered by every rank (ZeRO-3 gathers together), an empty shard's too
+            return self.engine.generate(rows, n, self.cfg.rollout, seeds) if rows else []
 
     # --- experience ----------------------------------------------------------------------
     def annotate(self, exp: Experience, need_old_logp: bool) -> dict:
