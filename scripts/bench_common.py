@@ -14,9 +14,10 @@ FIXED_TIME_SFT = ["early_stopping_patience=0", "early_stopping_decay_steps=0", "
                   "optim.lr_scheduler=cosine_with_min_lr"]
 
 
-def run(*args: str, threads: int = 2) -> float:
-    """Run `asr-rl args...`, streaming its output; returns wall seconds. Fails loudly."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+def run(*args: str, threads: int = 2, env: dict | None = None) -> float:
+    """Run `asr-rl args...` (with `env` added to the environment), streaming its output; returns
+    wall seconds. Fails loudly."""
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": str(threads)}
     start = time.perf_counter()
     subprocess.run([ASR_RL, *args], check=True, env=env)
     return time.perf_counter() - start

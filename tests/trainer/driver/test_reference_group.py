@@ -111,5 +111,6 @@ def test_groups_whose_samples_all_equal_the_reference_still_tie_and_are_filtered
     reward = _Reward(lambda call, n: sizes.append(n) or [1.0] * n)  # every sample as good as the reference
     with pytest.raises(RuntimeError, match="dynamic filtering kept 0 of 8 groups in 4 rounds"):
         _run_with_reward(monkeypatch, reward, *_overrides(tiny_model, tiny_corpus, tmp_path / "r", "max_steps=1",
-                                                          "rollout.reference_in_group=true", "micro_train_batch_size=5"))
+                                                          "rollout.reference_in_group=true", "micro_train_batch_size=5",
+                                                          "rollout.max_oversample=1"))  # rounds of one batch
     assert sizes == [10] * 4  # each round scored 2 groups of 4 samples + the reference
