@@ -53,6 +53,11 @@ class AcousticScorer(nn.Module):
         B, L, _ = out.shape
         return F.log_softmax(self.head(out).view(B, L * self.k, -1), dim=-1)
 
+    def read(self, states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unpadded states `(L_i, d_audio)` -> padded log-probs `(A, max L * k, V)` and `(A,)` frames."""
+        lengths = torch.as_tensor([s.shape[0] for s in states])
+        return self(nn.utils.rnn.pad_sequence(states, batch_first=True), lengths), lengths
+
     def labels(self, text: str) -> list[int] | None:
         """The CTC labels of `text`'s normalised characters; None when one has no label."""
         out = [self.index.get(c) for c in normalize_text(text)]
@@ -62,8 +67,7 @@ class AcousticScorer(nn.Module):
         """`(N,)` log P(text_j | audio of `audio_index[j]`) for N texts; each audio `(L_i, d_audio)` is
         read once however many texts it scores. -inf where a text has an unknown character or more
         labels than the audio has slots."""
-        lengths = torch.as_tensor([s.shape[0] for s in states])
-        logp = self(nn.utils.rnn.pad_sequence(states, batch_first=True), lengths)  # (A, L * k, V)
+        logp, lengths = self.read(states)  # (A, L * k, V)
         labels = [self.labels(t) for t in texts]
         known = [j for j, lab in enumerate(labels) if lab is not None]
         out = torch.full((len(texts),), float("-inf"))
@@ -81,8 +85,7 @@ class AcousticScorer(nn.Module):
     def loss(self, states: list[torch.Tensor], texts: list[str]) -> torch.Tensor:
         """Training: mean over utterances of the per-character CTC loss (texts with an unknown
         character are not expected: the labels come from these transcripts)."""
-        lengths = torch.as_tensor([s.shape[0] for s in states])
-        logp = self(nn.utils.rnn.pad_sequence(states, batch_first=True), lengths)
+        logp, lengths = self.read(states)
         targets = [torch.as_tensor(self.labels(t) or [], dtype=torch.long) for t in texts]
         return F.ctc_loss(logp.transpose(0, 1), torch.cat(targets), lengths * self.k,
                           torch.as_tensor([len(t) for t in targets]), blank=0, reduction="mean", zero_infinity=True)
@@ -90,8 +93,8 @@ class AcousticScorer(nn.Module):
     @torch.no_grad()
     def greedy(self, states: list[torch.Tensor]) -> list[str]:
         """Best-path decoding (a check that the scorer has learnt to hear: its CER on dev)."""
-        lengths = torch.as_tensor([s.shape[0] for s in states])
-        best = self(nn.utils.rnn.pad_sequence(states, batch_first=True), lengths).argmax(-1)
+        logp, lengths = self.read(states)
+        best = logp.argmax(-1)
         out = []
         for row, n in zip(best.tolist(), (lengths * self.k).tolist()):
             ids = [a for i, a in enumerate(row[:n]) if a != 0 and (i == 0 or a != row[i - 1])]

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from asr_rl.config import RunConfig
@@ -95,8 +94,8 @@ def train_scorer(cfg: ScorerConfig) -> Path:
         if not policy.encoder_frozen:
             raise ValueError(f"{cfg.pretrain}: the scorer reads a frozen encoder's states, and this model's encoder "
                              "trains (model.freeze_encoder=false?)")
-        states = [r.audio for r in policy.encode_prompts([np.zeros(1600, dtype=np.float32)], [None])]
-        scorer = AcousticScorer(states[0].shape[-1], source_chars(column_of(utts, "text")), cfg.hidden, cfg.layers,
+        d_audio = policy.spec.encoder_width(policy.model.config)  # the family's spec knows its encoder
+        scorer = AcousticScorer(d_audio, source_chars(column_of(utts, "text")), cfg.hidden, cfg.layers,
                                 cfg.labels_per_frame).to(ctx.device)
         strategy = LocalStrategy.from_config(scorer.parameters(), cfg.optim, cfg.max_steps)
         loader = BatchLoader(utts, cfg.train_batch_size, seed=cfg.seed, sample_rate=cfg.data.sample_rate,
