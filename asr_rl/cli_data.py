@@ -165,8 +165,10 @@ def add_data_commands(sub) -> None:
     synth.add_argument("--domain", choices=["source", "target"], default="source",
                        help="target: a domain to adapt to (held-out accents, new voices, a telephone channel): an "
                             "unlabelled pool (its transcripts aside), dev, test and a non-speech set")
-    synth.add_argument("--langs", default=None, help="source: en,zh (default), en or zh; target: en only")
-    synth.add_argument("--nonspeech", type=int, default=150, help="target: clips where nobody speaks")
+    synth.add_argument("--langs", default=None, help="en,zh (default), en or zh")
+    synth.add_argument("--nonspeech", type=int, default=None,
+                       help="target: the non-speech test clips (default 150); source: clips where nobody speaks "
+                            "labelled \"\" added to train (default 0: the supervised control for silence)")
     synth.add_argument("--train", type=int, default=3000, help="source: training lines; target: the pool's size")
     synth.add_argument("--test", type=int, default=200)
     synth.add_argument("--seed", type=int, default=1)

@@ -16,6 +16,10 @@ lexicon; never the reference or its keywords.
 - `speaking_rate`: characters per second of audio within a plausible band (an empty or runaway
   transcript falls outside it).
 
+- `silence`: where the voice-activity detector (silero-vad, asr_rl/rewards/silence.py) hears nobody
+  speak, +1 for an empty transcript and -1 for words; there the grammar and the speaking rate do not
+  apply (None): an empty answer is the right one. None without the audio (`asr-rl eval --verifier`).
+
 What it cannot see: which of two valid commands was said ("call anna" for "call emma" passes).
 With `VOICE_COMMANDS_SCORER=DIR` (an `asr-rl train scorer` folder) in the environment a fourth
 function listens: `acoustic`, exp(log P(hypothesis | audio) / frames) under that scorer
@@ -28,6 +32,7 @@ from asr_rl.data.synth.grammar_en import DEVICES, MESSAGES, NAMES, ROOMS, number
 from asr_rl.rewards.base import Sample
 from asr_rl.rewards.grammar import WordGrammar
 from asr_rl.rewards.normalize import normalize_text
+from asr_rl.rewards.silence import speech_seconds
 from asr_rl.rewards.terms import repeated_ngram_share, speaking_rate_term
 
 TEMPLATES = (
@@ -75,22 +80,36 @@ def _grammar(entities) -> WordGrammar:
     return _WITH_ENTITIES[extra]
 
 
-def command_validity(completions, language, entities=None, **kwargs):
+def _speech(audio) -> list[bool]:
+    """Whether somebody speaks in each line's audio (True where the audio is not given)."""
+    return [a is None or speech_seconds(a) >= MIN_SPEECH for a in audio]
+
+
+def command_validity(completions, language, entities=None, audio=None, **kwargs):
     entities = entities or [None] * len(completions)
-    return [_grammar(ents).score(normalize_text(c)) if lang == "en" else None
-            for c, lang, ents in zip(completions, language, entities)]
+    speech = _speech(audio or [None] * len(completions))
+    return [_grammar(ents).score(normalize_text(c)) if lang == "en" and said else None
+            for c, lang, ents, said in zip(completions, language, entities, speech)]
 
 
 def no_loops(completions, **kwargs):
     return [-repeated_ngram_share(c, 3) for c in completions]
 
 
-def speaking_rate(completions, duration, **kwargs):
-    return speaking_rate_term([Sample(c, None, duration=d) for c, d in zip(completions, duration)])
+def speaking_rate(completions, duration, audio=None, **kwargs):
+    rates = speaking_rate_term([Sample(c, None, duration=d) for c, d in zip(completions, duration)])
+    return [r if said else None for r, said in zip(rates, _speech(audio or [None] * len(completions)))]
 
 
-reward_funcs = [command_validity, no_loops, speaking_rate]
-reward_weights = [1.0, 0.5, 0.5]
+def silence(completions, audio=None, **kwargs):
+    if audio is None:
+        return [None] * len(completions)
+    return [None if said else (-1.0 if normalize_text(c) else 1.0) for c, said in zip(completions, _speech(audio))]
+
+
+MIN_SPEECH = 0.3  # seconds of detected speech below which nobody speaks (the `silence` term's default)
+reward_funcs = [command_validity, no_loops, speaking_rate, silence]
+reward_weights = [1.0, 0.5, 0.5, 1.0]
 
 
 @lru_cache(maxsize=1)

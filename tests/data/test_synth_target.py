@@ -21,7 +21,7 @@ from asr_rl.data.synth.augment import bandpass, mu_law, telephone
 from asr_rl.data.synth.contexts import categories
 from asr_rl.data.synth.grammar_en import sample_english
 from asr_rl.data.synth.sentence import utterance_rng
-from asr_rl.data.synth.target import synthesize_target
+from asr_rl.data.synth.target import POOL_FIELDS, synthesize_target
 from asr_rl.data.synth.voices import (GROUPS, HELD_OUT_ACCENTS, TARGET_GROUPS, VARIANT_GROUPS, all_voice_ids,
                                       sample_voice)
 
@@ -47,9 +47,10 @@ def band_db(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
 
 def test_target_voice_groups_are_new_speakers_of_the_held_out_accents():
     for i, group in enumerate(TARGET_GROUPS):
-        ids = all_voice_ids(group, "en")
+        for lang in ("en", "zh"):  # Mandarin target speakers are new timbres too
+            ids = all_voice_ids(group, lang)
+            assert not any(ids & all_voice_ids(other, lang) for other in [*SOURCE_GROUPS, *TARGET_GROUPS[i + 1:]])
         for other in [*SOURCE_GROUPS, *TARGET_GROUPS[i + 1:]]:
-            assert not ids & all_voice_ids(other, "en"), (group, other)
             # not only the ids: no variant (timbre) is shared, whatever the accent, speed or pitch
             assert not set(VARIANT_GROUPS[group]) & set(VARIANT_GROUPS[other]), (group, other)
         assert {sample_voice(group, "en", np.random.default_rng(k)).accent for k in range(200)} == set(HELD_OUT_ACCENTS)
@@ -159,7 +160,7 @@ def test_nonspeech_clips_have_the_level_of_their_kind():
 @needs_espeak
 def test_target_domain_through_the_cli(tmp_path, capsys):
     out = tmp_path / "target"
-    argv = ["data", "synth", "--domain", "target", "--out", str(out), "--train", "4", "--test", "2",
+    argv = ["data", "synth", "--domain", "target", "--out", str(out), "--train", "30", "--test", "4",
             "--nonspeech", "10", "--seed", "3", "--workers", "1", "--quiet"]
     assert main(argv) == 0
     files = {p.name for p in out.iterdir()}
@@ -168,23 +169,31 @@ def test_target_domain_through_the_cli(tmp_path, capsys):
     scans = {n: scan_manifest(out / f"{n}.jsonl", text_needed_by=None)
              for n in ("pool", "pool_labelled", "dev", "test", "nonspeech")}
     assert {n: s.problems for n, s in scans.items()} == {n: [] for n in scans}
-    assert {n: len(s.utterances) for n, s in scans.items()} == {"pool": 4, "pool_labelled": 4, "dev": 2, "test": 2,
+    assert {n: len(s.utterances) for n, s in scans.items()} == {"pool": 30, "pool_labelled": 30, "dev": 4, "test": 4,
                                                                "nonspeech": 10}
     pool, transcripts = read_jsonl(out / "pool.jsonl"), read_jsonl(out / "pool_transcripts.jsonl")
     labelled = read_jsonl(out / "pool_labelled.jsonl")
-    assert all("text" not in r for r in pool) and all(u.text is None for u in scans["pool"].utterances)
+    assert all(u.text is None for u in scans["pool"].utterances)
     assert [t["id"] for t in transcripts] == [r["id"] for r in pool] == [r["id"] for r in labelled]
-    assert [t["text"] for t in transcripts] == [r["text"] for r in labelled] and all(t["text"] for t in transcripts)
-    assert [dict(r, text=t["text"]) for r, t in zip(pool, transcripts)] == [dict(r) for r in labelled]
+    assert [t["text"] for t in transcripts] == [r["text"] for r in labelled]
+    # the pool keeps nothing of a transcript, and its non-speech lines look like the speech ones
+    assert [r for r in pool if set(r) != set(POOL_FIELDS)] == []
+    assert pool == [{k: r[k] for k in POOL_FIELDS} for r in labelled]
+    silent = [r for r in labelled if r["text"] == ""]
+    assert 1 <= len(silent) <= 8 and all(r["channel"] == "telephone" and r["kind"] in nonspeech.KINDS for r in silent)
     for name, group in (("pool", "target_pool"), ("dev", "target_dev"), ("test", "target_test")):
-        for row in read_jsonl(out / f"{name}.jsonl"):
-            assert row["speaker"] in all_voice_ids(group, "en") and row["channel"] == "telephone"
-            assert "context" not in row and len(row["entities"]) == 10
-            cats = categories("en")
-            own = [k for k in row["keywords"] if any(k in words for words in cats.values())]
-            assert set(own) <= set(row["entities"])  # the app knows the contact/room/device the line names
+        rows = labelled if name == "pool" else read_jsonl(out / f"{name}.jsonl")
+        assert [r["language"] for r in rows] == ["en", "zh"] * (len(rows) // 2)  # the languages alternate
+        for row in rows:
+            lang = row["language"]
+            assert row["channel"] == "telephone" and "context" not in row and len(row["entities"]) == 10
+            if row["text"]:
+                assert row["speaker"] in all_voice_ids(group, lang)
+                cats = categories(lang)
+                own = [k for k in row["keywords"] if any(k in words for words in cats.values())]
+                assert set(own) <= set(row["entities"])  # the app knows the contact/room/device the line names
             audio, rate = sf.read(out / row["audio"])
-            assert rate == FS and 0 < np.max(np.abs(audio)) < 1.0
+            assert rate == FS and 0 < np.max(np.abs(audio)) <= 1.0
             spectrum = np.abs(np.fft.rfft(audio)) ** 2
             assert spectrum[np.fft.rfftfreq(audio.size, 1 / FS) > 4200].sum() < 1e-3 * spectrum.sum()
     ns = read_jsonl(out / "nonspeech.jsonl")
@@ -192,6 +201,7 @@ def test_target_domain_through_the_cli(tmp_path, capsys):
     assert [r["kind"] for r in ns] == list(nonspeech.KINDS)
     meta = json.loads((out / "corpus.json").read_text())
     assert meta["params"]["domain"] == "target" and meta["transcripts"] == {"pool": "pool_transcripts.jsonl"}
+    assert meta["params"]["langs"] == ["en", "zh"] and meta["pool_nonspeech"] == len(silent)
     capsys.readouterr()
     assert main(argv) == 0  # the same request again: reused, not rewritten
     assert "pool_transcripts" in capsys.readouterr().out
@@ -201,12 +211,30 @@ def test_target_domain_through_the_cli(tmp_path, capsys):
     assert "domain: existing 'target', requested 'source'" in capsys.readouterr().err
     # the same bytes whatever the number of workers
     other = tmp_path / "again"
-    synthesize_target(other, n_pool=4, n_test=2, n_nonspeech=10, seed=3, workers=2, progress=False)
+    synthesize_target(other, n_pool=30, n_test=4, n_nonspeech=10, seed=3, workers=2, progress=False)
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         assert path.read_bytes() == (other / path.relative_to(out)).read_bytes(), path
 
 
-@pytest.mark.parametrize("extra, match", [(["--langs", "en,zh"], "English only"),
+@needs_espeak
+def test_an_english_only_target_and_silence_labelled_in_the_source(tmp_path):
+    from asr_rl.data.synth import synthesize
+
+    english = synthesize(tmp_path / "en", "target", langs="en", n_train=4, n_test=2, n_nonspeech=0, seed=3, workers=1,
+                         progress=False)
+    assert {r["language"] for r in read_jsonl(Path(english["pool_labelled"]["manifest"]))} == {"en"}
+    plain = synthesize(tmp_path / "src", "source", langs="en,zh", n_train=4, n_test=1, seed=3, workers=1, progress=False)
+    quiet = synthesize(tmp_path / "src_ns", "source", langs="en,zh", n_train=4, n_test=1, seed=3, workers=1,
+                       progress=False, n_nonspeech=3)
+    rows = read_jsonl(Path(quiet["train"]["manifest"]))
+    speech, silent = [r for r in rows if r["text"]], [r for r in rows if not r["text"]]
+    assert speech == read_jsonl(Path(plain["train"]["manifest"]))  # the speech lines are untouched
+    assert [(r["kind"], r["language"]) for r in silent] == [("silence", "en"), ("room_tone", "zh"), ("white_noise", "en")]
+    for r in speech:  # and so is their audio
+        assert (tmp_path / "src_ns" / r["audio"]).read_bytes() == (tmp_path / "src" / r["audio"]).read_bytes()
+
+
+@pytest.mark.parametrize("extra, match", [(["--langs", "fr"], "unknown language code"),
                                           (["--context-sizes", "10"], "no context sizes")])
 def test_target_domain_refuses_other_languages_and_context_lists(tmp_path, capsys, extra, match):
     assert main(["data", "synth", "--domain", "target", "--out", str(tmp_path / "t"), *extra, "--quiet"]) == 2

@@ -15,19 +15,22 @@ __all__ = ["SUPPORTED_LANGUAGES", "synthesize", "synthesize_corpus"]
 
 def synthesize(out_dir, domain: str = "source", *, langs=None, n_train: int = 200, n_test: int = 40,
                seed: int = 1, workers: int | None = None, progress: bool = True, context_sizes=(),
-               n_nonspeech: int = 150) -> dict[str, dict]:
+               n_nonspeech: int | None = None) -> dict[str, dict]:
     """`asr-rl data synth`: the source corpus (`synthesize_corpus`; `langs` None is en,zh) or the
-    target domain (`synth.target.synthesize_target`: English, `n_train` is the pool's size)."""
+    target domain (`synth.target.synthesize_target`: `langs` None is en,zh, `n_train` is the pool's
+    size). `n_nonspeech`: the target's non-speech test clips; for the source, clips where nobody
+    speaks labelled `""` added to its training set (the supervised control for silence; default 0)."""
     if domain == "source":
         return synthesize_corpus(out_dir, langs=("en", "zh") if langs is None else langs, n_train=n_train,
                                  n_test=n_test, seed=seed, workers=workers, progress=progress,
-                                 context_sizes=context_sizes)
+                                 context_sizes=context_sizes, n_nonspeech=n_nonspeech or 0)
     if domain != "target":
         raise ValueError(f"unknown domain {domain!r}; valid: source, target")
     from asr_rl.data.synth.target import synthesize_target
 
-    if (langs is not None and parse_languages(langs) != ("en",)) or any(context_sizes):
-        raise ValueError("the target domain is English only and takes no context sizes (its lines carry "
-                         "`entities`, the app's entity list, outside the prompt)")
-    return synthesize_target(out_dir, n_pool=n_train, n_test=n_test, n_nonspeech=n_nonspeech, seed=seed,
-                             workers=workers, progress=progress)
+    if any(context_sizes):
+        raise ValueError("the target domain takes no context sizes (its lines carry `entities`, the app's entity "
+                         "list, outside the prompt)")
+    return synthesize_target(out_dir, n_pool=n_train, n_test=n_test, n_nonspeech=150 if n_nonspeech is None else n_nonspeech,
+                             seed=seed, workers=workers, progress=progress,
+                             langs=("en", "zh") if langs is None else parse_languages(langs))

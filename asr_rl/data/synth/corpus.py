@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from asr_rl.data.synth import augment, tts
 from asr_rl.data.synth.contexts import add_contexts
+from asr_rl.data.synth.nonspeech import render_clip
 from asr_rl.data.synth.sentence import utterance_rng
 from asr_rl.data.synth.grammar_en import sample_english
 from asr_rl.data.synth.grammar_zh import sample_mandarin
@@ -73,18 +74,21 @@ class Job:
     language: str
     voice_group: str
     noisy: bool
+    nonspeech: bool = False  # a clip where nobody speaks, labelled "" (synth/nonspeech.py)
 
 
 def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = ("en", "zh"),
                       n_train: int = 200, n_test: int = 40, seed: int = 1,
                       workers: int | None = None, progress: bool = True,
-                      context_sizes: Iterable[int] = ()) -> dict[str, dict]:
+                      context_sizes: Iterable[int] = (), n_nonspeech: int = 0) -> dict[str, dict]:
     """Synthesise (or reuse) the demo corpus in `out_dir`.
 
     Writes `wavs/<split>/<id>.wav` (16 kHz mono 16-bit), one `<split>.jsonl` manifest per split
     (train, dev, test_clean, test_noisy, and test_accent when English is included) and corpus.json.
     With `context_sizes` (e.g. 0, 10, 100), training lines carry context lists of those sizes and
     every other split gets a copy per size > 0 with lists of that size (synth/contexts.py).
+    With `n_nonspeech`, train also holds that many clips where nobody speaks, labelled `""`: the
+    model is taught to write nothing there (the supervised control for a reward that hears silence).
 
     Returns:
         {split: {"utterances": int, "hours": float, "manifest": absolute path}}.
@@ -94,7 +98,7 @@ def synthesize_corpus(out_dir: str | os.PathLike, langs: Iterable[str] | str = (
         FileExistsError: `out_dir` holds something other than this exact corpus.
         RuntimeError: espeak-ng or flite is missing or fails.
     """
-    params = corpus_params(langs, n_train, n_test, seed, context_sizes)
+    params = corpus_params(langs, n_train, n_test, seed, context_sizes, n_nonspeech)
     workers = check_workers(workers)
     out_dir = Path(out_dir).expanduser().absolute()
     existing = existing_summary(out_dir, params)
@@ -131,18 +135,20 @@ def build_atomically(out_dir: Path, build: Callable[[Path], dict[str, dict]]) ->
 
 
 def corpus_params(langs: Iterable[str] | str, n_train: int, n_test: int, seed: int,
-                  context_sizes: Iterable[int] = ()) -> dict:
+                  context_sizes: Iterable[int] = (), n_nonspeech: int = 0) -> dict:
     """Validated, canonical generation parameters (what corpus.json records and reruns compare);
-    `context_sizes` only when given, so corpora made without them keep their parameters."""
+    `context_sizes` and `n_nonspeech` only when given, so corpora made without them keep their parameters."""
     languages = parse_languages(langs)
-    for name, value, minimum in (("n_train", n_train, 1), ("n_test", n_test, 1), ("seed", seed, 0)):
+    for name, value, minimum in (("n_train", n_train, 1), ("n_test", n_test, 1), ("seed", seed, 0),
+                                 ("n_nonspeech", n_nonspeech, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     sizes = sorted(set(context_sizes))
     if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in sizes):
         raise ValueError(f"context sizes must be integers >= 0, got {list(context_sizes)!r}")
     return {"version": CORPUS_VERSION, "langs": list(languages), "n_train": int(n_train),
-            "n_test": int(n_test), "seed": int(seed), **({"context_sizes": [int(n) for n in sizes]} if sizes else {})}
+            "n_test": int(n_test), "seed": int(seed), **({"context_sizes": [int(n) for n in sizes]} if sizes else {}),
+            **({"n_nonspeech": int(n_nonspeech)} if n_nonspeech else {})}
 
 
 def parse_languages(langs: Iterable[str] | str) -> tuple[str, ...]:
@@ -170,11 +176,15 @@ def plan_jobs(params: dict, root: str) -> list[Job]:
         for index in range(params[spec.size_param]):
             jobs.append(Job(root, params["seed"], spec.name, index, split_langs[index % len(split_langs)],
                             spec.voice_group, spec.noisy))
+    jobs += [Job(root, params["seed"], "train", i, langs[i % len(langs)], "train", False, nonspeech=True)
+             for i in range(params.get("n_nonspeech", 0))]
     return jobs
 
 
 def render_utterance(job: Job) -> dict:
     """Draw the sentence and voice, synthesise, corrupt if noisy, write the WAV; return its manifest row."""
+    if job.nonspeech:
+        return _render_nonspeech(job)
     rng = utterance_rng(job.seed, job.split, job.index)
     sentence = SAMPLERS[job.language](rng)
     voice = sample_voice(job.voice_group, job.language, rng)
@@ -191,6 +201,17 @@ def render_utterance(job: Job) -> dict:
     return {"id": uid, "audio": rel, "text": sentence.text, "language": sentence.language,
             "keywords": list(sentence.keywords), "duration": round(pcm.size / tts.SAMPLE_RATE, 3),
             "speaker": voice.id, "accent": voice.accent, **extra}
+
+
+def _render_nonspeech(job: Job) -> dict:
+    """A training clip where nobody speaks (a stream of its own: the speech lines stay as they were)."""
+    audio, extra = render_clip(job.index, utterance_rng(job.seed, f"{job.split}/nonspeech", job.index), tts.SAMPLE_RATE)
+    uid = f"{job.split}-nonspeech-{job.index:06d}-{job.language}"
+    rel = f"wavs/{job.split}/{uid}.wav"
+    pcm = np.round(audio * 32767.0).astype(np.int16)
+    sf.write(os.path.join(job.root, rel), pcm, tts.SAMPLE_RATE, subtype="PCM_16")
+    return {"id": uid, "audio": rel, "text": "", "language": job.language, "keywords": [],
+            "duration": round(pcm.size / tts.SAMPLE_RATE, 3), "speaker": "nonspeech", **extra}
 
 
 def render_all(jobs: list, workers: int, progress: bool, render: Callable[..., dict] | None = None
