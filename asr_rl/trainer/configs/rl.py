@@ -299,6 +299,9 @@ class RLConfig(RunConfig):
     """`asr-rl train grpo|ppo`: the RL loop (same loop on both backends).
 
     Attributes:
+        train_manifest_probs: with several datasets in `train_manifest` (`a.jsonl,b.jsonl`), the
+            probability each round's utterance comes from each (OpenRLHF's `prompt_data_probs`;
+            data/mixture.py), e.g. `[0.7, 0.3]`: labelled home lines beside an unlabelled pool.
         critic_pretrain: starting weights of the critic (PPO with gae); default: `pretrain`.
         reward_pretrain: a reward model folder (`*ForSequenceClassification`) scoring prompt and response
             (the text path); when set it is the reward.
@@ -311,6 +314,7 @@ class RLConfig(RunConfig):
     max_steps: int = setting(50, ge=1)
     save_steps: int = 25
     eval_steps: int = 25
+    train_manifest_probs: list[float] | None = None
     critic_pretrain: str | None = None
     reward_pretrain: str | None = None
     freeze_critic_steps: int = setting(0, ge=0)
@@ -366,6 +370,10 @@ class RLConfig(RunConfig):
             raise ValueError("RL keeps the audio encoder frozen (its states are computed once per utterance); "
                              "set model.freeze_encoder=true")
         self._check_filtering_and_length()
+        if self.train_manifest and (self.train_manifest_probs or "," in self.train_manifest):
+            from asr_rl.data.mixture import check_probs, split_paths
+
+            check_probs(self.train_manifest_probs, len(split_paths(self.train_manifest)))
         from asr_rl.trainer.configs.group_loss import check_group_loss  # what a group loss (its spec) needs
 
         check_group_loss(self)

@@ -44,8 +44,6 @@ def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
 
 def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     from asr_rl.data.batching import BatchLoader
-    from asr_rl.data.signal_sampler import build_sampler
-    from asr_rl.data.manifest import read_manifest
     from asr_rl.models.cache_plan import prepare_encoder_cache
     from asr_rl.models.codec import ResponseCodec
     from asr_rl.models.tokenizer import require_prompts_fit, require_writable
@@ -57,8 +55,7 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
     with setup_run(cfg) as ctx:
         if not cfg.train_manifest:
             raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
-        utts = read_manifest(cfg.train_manifest, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
-                             text_needed_by=None, options=cfg.data, trust_durations=True)
+        utts, sizes = read_datasets(cfg)
         check_unlabelled(cfg, utts)
         # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
         tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
@@ -67,13 +64,45 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
         loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
                              decode_workers=cfg.data.decode_workers,
-                             sampler=build_sampler(cfg.data, len(utts), cfg.rollout.rollout_batch_size, cfg.seed))
+                             sampler=datasets_sampler(cfg, sizes))
         cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate,
                                       draws=cfg.max_steps * cfg.rollout.rollout_batch_size)
         workers = build_backend(cfg, ctx, algo)  # starts Ray first when backend=ray
         workers.report_memory(longest_prompt(utts), ctx.device, cache.ram_bytes)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval, cfg.data)) if cfg.eval_manifest else None
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
+
+
+def read_datasets(cfg: RLConfig):
+    """The utterances of `train_manifest`'s datasets (`a.jsonl,b.jsonl`: one after another in one
+    packed table) and each dataset's size."""
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.data.mixture import split_paths
+    from asr_rl.data.utterance_table import UtteranceTable
+
+    parts = [read_manifest(p, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
+                           text_needed_by=None, options=cfg.data, trust_durations=True)
+             for p in split_paths(cfg.train_manifest)]
+    if len(parts) == 1:
+        return parts[0], [len(parts[0])]
+    table = UtteranceTable()
+    for part in parts:
+        for u in part:
+            table.append(u)
+    return table, [len(p) for p in parts]
+
+
+def datasets_sampler(cfg: RLConfig, sizes: list[int]):
+    """`data.sampler` over one dataset; over several, a `MixtureSampler` of one such sampler each,
+    drawn by `train_manifest_probs`."""
+    from asr_rl.data.mixture import build_mixture, check_probs
+    from asr_rl.data.signal_sampler import build_sampler
+
+    b = cfg.rollout.rollout_batch_size
+    if len(sizes) == 1:
+        return build_sampler(cfg.data, sizes[0], b, cfg.seed)
+    return build_mixture(lambda n, batch, seed: build_sampler(cfg.data, n, batch, seed), sizes,
+                         check_probs(cfg.train_manifest_probs, len(sizes)), b, cfg.seed)
 
 
 def check_unlabelled(cfg: RLConfig, utts) -> None:

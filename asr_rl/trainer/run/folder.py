@@ -43,10 +43,11 @@ def check_paths(cfg) -> None:
         value = _get(cfg, key)
         if not value:
             continue
-        path = Path(value)
-        ok = {"model": (path / "config.json").is_file(), "file": path.is_file(), "data": path.exists()}[kind]
-        if not ok:
-            raise ConfigError(f"`{key}={value}`: {path} is not {_KINDS[kind]}")
+        for part in value.split(",") if key == "train_manifest" else [value]:  # several datasets: a,b
+            path = Path(part.strip())
+            ok = {"model": (path / "config.json").is_file(), "file": path.is_file(), "data": path.exists()}[kind]
+            if not ok:
+                raise ConfigError(f"`{key}={value}`: {path} is not {_KINDS[kind]}")
 
 
 class RunLock:

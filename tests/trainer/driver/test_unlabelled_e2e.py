@@ -77,3 +77,24 @@ def test_sft_and_eval_refuse_unlabelled_lines_naming_the_first(tiny_model, tiny_
     assert f"{pool}:1: missing `text` (the transcript): SFT needs one" in capsys.readouterr().err
     assert main(["eval", "--model", str(tiny_model), "--test-set", f"pool={pool}", "--quiet"]) == 2
     assert f"test set {pool}: {pool}:1 has no `text`: eval needs the transcripts" in capsys.readouterr().err
+
+
+def test_a_labelled_home_set_beside_an_unlabelled_pool_by_their_probabilities(tiny_model, tiny_corpus, tmp_path):
+    from asr_rl.data.manifest import read_manifest
+    from asr_rl.trainer.recipes.rl import datasets_sampler, read_datasets
+
+    pool = _pool(tiny_corpus, tmp_path / "pool") / "train.jsonl"
+    home = tiny_corpus / "train.jsonl"
+    overrides = _overrides(tiny_model, pool, tmp_path / "run", "max_steps=2", "save_steps=0",
+                           "reward.terms={cer: 1.0, fluency: 0.5}")
+    overrides = [o if not o.startswith("train_manifest=") else f"train_manifest={home},{pool}" for o in overrides]
+    cfg = load_rl_config("grpo", None, [*overrides, "train_manifest_probs=[0.5, 0.5]"])
+    utts, sizes = read_datasets(cfg)
+    each = [*read_manifest(home), *read_manifest(pool, text_needed_by=None)]
+    assert sizes == [8, 8] and [(u.id, u.text, u.source) for u in utts] == [(u.id, u.text, u.source) for u in each]
+    assert len(datasets_sampler(cfg, sizes).parts) == 2
+    run_audio_rl(cfg)
+    rows = read_metrics(tmp_path / "run")
+    assert "reward/cer" in rows[0] and rows[-1]["data/share_0"] + rows[-1]["data/share_1"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="names 2 datasets: give train_manifest_probs"):
+        load_rl_config("grpo", None, overrides)
