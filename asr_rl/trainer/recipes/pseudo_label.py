@@ -7,7 +7,8 @@ Two methods, both through the RL rollout engine (`HFRolloutEngine`):
   (`mode="beam"`), scored by the reward; the best is kept (rejection-sampling fine-tuning:
   RAFT, Dong et al. 2023, arXiv:2304.06767; OpenRLHF's best-of-N). Ties go to the first
   (the top beam, or the first sample).
-An empty hypothesis is never a label, except on a non-speech line (`"text": ""`).
+An empty hypothesis is never a label, except on a non-speech line (`"text": ""`) and, on an
+unlabelled line, where best-of-N's reward scores it highest (a reward that hears nobody speak).
 
 Each written line is the input line (every field, `audio` absolute) with `text` = the label, the
 line's own transcript kept as `reference_text` when it had one (to measure the labels against),
@@ -235,7 +236,9 @@ class _Labeller:
         groups = [Group(u, r, s.ids, self.policy.pad_responses(s.ids).texts) for u, r, s in zip(utts, rows, sampled)]
         samples = make_samples(groups, self.policy.parse)
         rewards = check_output("reward", self.reward(samples), len(samples)).rewards if self.reward else [0.0] * len(samples)
-        picks = [choose([s.hypothesis for s in samples[i * n:(i + 1) * n]], rewards[i * n:(i + 1) * n], u.text == "")
+        # an unlabelled line under a reward: the reward may know nobody speaks (the silence term)
+        picks = [choose([s.hypothesis for s in samples[i * n:(i + 1) * n]], rewards[i * n:(i + 1) * n],
+                        u.text == "" or (u.text is None and self.reward is not None))
                  for i, u in enumerate(utts)]
         confidence = self._confidence(rows, sampled, picks)
         out = []
