@@ -94,6 +94,9 @@ def _eval(args: argparse.Namespace) -> int:
     if args.compare:
         from asr_rl.evaluation.compare import run_compare
 
+        if args.rerank is not None:
+            raise ValueError("--rerank decodes a --model; --compare two eval folders of reranked decodes instead")
+
         run_compare(*args.compare, test_sets=sets or None, output=args.output, n_resamples=args.resamples,
                     seed=args.seed, eval_kwargs=dict(batch_size=args.batch_size, num_beams=args.num_beams,
                                                      device=args.device, max_new_tokens=args.max_new_tokens,
@@ -105,13 +108,28 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError("asr-rl eval --model needs at least one --test-set NAME=PATH.jsonl")
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
                       device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
-                      dtype=args.dtype, contexts=contexts, verifier=verifier, options=read_options(args))
+                      dtype=args.dtype, contexts=contexts, verifier=verifier, options=read_options(args),
+                      rerank=_rerank(args))
     failed = [name for name, m in report.items() if m.failed and not m.utterances]
     if failed:  # a table of "-" is not a result: the caller's script must see it
         print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
               "warnings above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _rerank(args: argparse.Namespace):
+    """`--rerank N --reward SPEC` (both or neither), as evaluation/rerank.py's `Rerank`."""
+    if (args.rerank is None) != (args.reward is None):
+        raise ValueError("--rerank N and --reward SPEC go together: N samples an utterance, the one SPEC scores "
+                         "best kept")
+    if args.rerank is None:
+        return None
+    if args.num_beams != 1:
+        raise ValueError("--rerank samples; --num-beams is for greedy/beam decoding: give one of them")
+    from asr_rl.evaluation.rerank import Rerank
+
+    return Rerank(args.rerank, args.reward, args.temperature, args.seed)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -193,7 +211,13 @@ def _add_run_commands(sub) -> None:
                                                                       "or above (1.0)")
     ev.add_argument("--resamples", type=at_least(1, "bootstrap resamples"), default=1000,
                     help="--compare: bootstrap resamples")
-    ev.add_argument("--seed", type=int, default=0, help="--compare: bootstrap seed")
+    ev.add_argument("--seed", type=int, default=0, help="--compare: bootstrap seed; --rerank: sampling seed")
+    ev.add_argument("--rerank", type=int, default=None, metavar="N",
+                    help="N sampled transcripts an utterance, the one --reward scores best kept (no training; "
+                         "the reward never sees the transcript)")
+    ev.add_argument("--reward", default=None, help="--rerank: builtin:<terms>, a .py reward file, acoustic:DIR or "
+                                                   "judge:DIR")
+    ev.add_argument("--temperature", type=float, default=1.0, help="--rerank: sampling temperature")
     ev.add_argument("--output", default=None)
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--num-beams", type=int, default=1)

@@ -119,7 +119,8 @@ def pseudo_label(model: str, manifest: str, out: str, *, best_of: int = 1, rewar
     done = resume_ids(out_path, method) | resume_ids(dropped_path(out_path), method)
     report.already_done = sum(u.id in done for u in scan.utterances)
     # step 3: the model
-    labeller = _Labeller(model, device, dtype, rollout, make_reward(reward_cfg) if reward_cfg else None, seed)
+    labeller = Labeller(load_policy(model, device, dtype), rollout, make_reward(reward_cfg) if reward_cfg else None,
+                        seed)
     labeller.check_prompts(scan.utterances, manifest)
     # step 4: fixed batches of the manifest's lines, each decoded whole, its new lines appended
     from tqdm import tqdm
@@ -191,17 +192,24 @@ class _LazyAppend:
             self.f.close()
 
 
-class _Labeller:
-    """The model, its rollout engine and the reward: hypotheses for a batch, the chosen one's label."""
+def load_policy(model: str, device: str = "auto", dtype: str = "auto"):
+    """The audio-LLM in `model`, for decoding only (eval mode, no gradients)."""
+    from asr_rl.evaluation.evaluate import resolve_device, resolve_dtype
+    from asr_rl.models.audio_policy import AudioPolicy
 
-    def __init__(self, model: str, device: str, dtype: str, rollout, reward, seed: int):
-        from asr_rl.evaluation.evaluate import resolve_device, resolve_dtype
-        from asr_rl.models.audio_policy import AudioPolicy
+    policy = AudioPolicy.from_pretrained(model, device=resolve_device(device), dtype=resolve_dtype(model, dtype)).eval()
+    policy.requires_grad_(False)
+    return policy
+
+
+class Labeller:
+    """A policy, its rollout engine and a reward: hypotheses for a batch, the chosen one's label
+    (what `pseudo_label` writes, and what `asr-rl eval --rerank` scores)."""
+
+    def __init__(self, policy, rollout, reward, seed: int):
         from asr_rl.trainer.rollout.engines import HFRolloutEngine
 
-        self.policy = AudioPolicy.from_pretrained(model, device=resolve_device(device),
-                                                  dtype=resolve_dtype(model, dtype)).eval()
-        self.policy.requires_grad_(False)
+        self.policy = policy
         self.engine, self.rollout, self.reward, self.seed = HFRolloutEngine(self.policy), rollout, reward, seed
 
     def check_prompts(self, utterances: list[Utterance], manifest: str) -> None:
@@ -268,4 +276,4 @@ class _Labeller:
         return [round(sum(lp) / max(len(lp), 1), 4) for lp in logps]
 
 
-__all__ = ["pseudo_label", "PseudoLabelReport", "choose", "resume_ids", "dropped_path"]
+__all__ = ["pseudo_label", "PseudoLabelReport", "Labeller", "load_policy", "choose", "resume_ids", "dropped_path"]

@@ -179,3 +179,32 @@ def test_bad_lines_are_named_and_the_rest_is_labelled(labeller, mixed, tmp_path,
     assert f"  {manifest}:2: malformed JSON" in printed
     assert f"  {manifest}:3: " in printed and "gone.wav" in printed and f"  {manifest}:4: " in printed
     assert [r["id"] for r in _rows(out)] == [rows[0]["id"], *(r["id"] for r in rows[3:])]
+
+
+# ---------------------------------------------------------------------------------- eval --rerank
+@pytest.mark.slow
+def test_eval_rerank_answers_what_best_of_n_labels_and_never_shows_the_reward_the_transcript(labeller, tiny_corpus,
+                                                                                            tmp_path, capsys):
+    rows = [dict(r, audio=str(tiny_corpus / r["audio"])) for r in _rows(tiny_corpus / "train.jsonl")]
+    test = write_manifest(tmp_path / "test.jsonl", rows)
+    pool = write_manifest(tmp_path / "pool.jsonl", [{k: v for k, v in r.items() if k != "text"} for r in rows])
+    reward = "builtin:fluency,repetition=0.5"
+    assert _label(labeller, pool, tmp_path / "best.jsonl", "--best-of", "4", "--reward", reward, "--batch-size", "1",
+                  "--seed", "3") == 0
+    assert main(["eval", "--model", str(labeller), "--test-set", f"t={test}", "--rerank", "4", "--reward", reward,
+                 "--seed", "3", "--batch-size", "1", "--max-new-tokens", "24", "--output", str(tmp_path / "ev"),
+                 "--quiet"]) == 0
+    reranked = {h["id"]: h["hypothesis"] for h in _rows(tmp_path / "ev" / "t.hyps.jsonl")}
+    best = {r["id"]: r["text"] for r in _rows(tmp_path / "best.jsonl")}
+    assert reranked == {i: best.get(i, "") for i in reranked} and len(reranked) == len(rows)
+    greedy = tmp_path / "greedy"
+    assert main(["eval", "--model", str(labeller), "--test-set", f"t={test}", "--batch-size", "1",
+                 "--max-new-tokens", "24", "--output", str(greedy), "--quiet"]) == 0
+    assert {h["id"]: h["hypothesis"] for h in _rows(greedy / "t.hyps.jsonl")} != reranked  # it is not greedy
+    capsys.readouterr()
+    # a reward that reads the transcript has nothing to read: every line is unlabelled to it
+    assert main(["eval", "--model", str(labeller), "--test-set", f"t={test}", "--rerank", "4", "--reward",
+                 "builtin:cer", "--quiet"]) == 2
+    assert "has no reference and every reward term (cer) needs one" in capsys.readouterr().err
+    assert main(["eval", "--model", str(labeller), "--test-set", f"t={test}", "--rerank", "4", "--quiet"]) == 2
+    assert "--rerank N and --reward SPEC go together" in capsys.readouterr().err

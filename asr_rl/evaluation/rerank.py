@@ -1,0 +1,65 @@
+"""`asr-rl eval --rerank N --reward SPEC`: N sampled transcripts per utterance, and the one a reward
+that needs no transcript scores best is the answer; no training. It is what RL on that reward
+amortises into one greedy decode, at N times the decoding cost (the test-time control of
+scripts/bench_adapt.py; sampling-and-reranking as in best-of-N decoding, e.g. Nakano et al. 2021).
+
+The reward sees every line as unlabelled (its transcript hidden), as RL on unlabelled audio does; the
+choice is pseudo-label's best-of-N (`choose`: the highest reward, the first sample on ties; an empty
+transcript where the reward scores it best, e.g. the silence term); an utterance whose samples are
+all empty gets "". Samples are seeded per (utterance id, sample): a rerun decodes the same.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from asr_rl.data.manifest import Utterance
+from asr_rl.evaluation.metrics import UtteranceResult
+
+log = logging.getLogger("asr_rl.eval")
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """`n` samples at `temperature` per utterance, reranked by the reward `reward` (a `--reward` spec:
+    builtin:..., a .py file, acoustic:DIR, judge:DIR)."""
+
+    n: int
+    reward: str
+    temperature: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n < 2:
+            raise ValueError(f"--rerank needs at least 2 samples an utterance, got {self.n}")
+
+
+def rerank_transcribe(policy, utterances: list[Utterance], rerank: Rerank, batch_size: int = 8,
+                      max_new_tokens: int = 96, progress: bool = False) -> list[UtteranceResult]:
+    """The reranked transcript of each utterance, in input order; one that cannot be decoded gets `error`."""
+    from tqdm import tqdm
+
+    from asr_rl.rewards.pipeline import make_reward, reward_spec_config
+    from asr_rl.trainer.configs.rl import RolloutConfig
+    from asr_rl.trainer.recipes.pseudo_label import Labeller
+
+    rollout = RolloutConfig(mode="sample", n_samples_per_prompt=rerank.n, temperature=rerank.temperature,
+                            max_new_tokens=max_new_tokens)
+    labeller = Labeller(policy, rollout, make_reward(reward_spec_config(rerank.reward)), rerank.seed)
+    results: dict[str, UtteranceResult] = {}
+    bad: list[str] = []
+    for start in tqdm(range(0, len(utterances), batch_size), desc="rerank", disable=not progress, leave=False):
+        chunk = utterances[start:start + batch_size]
+        hidden = [dataclasses.replace(u, text=None) for u in chunk]  # the reward never reads the transcript
+        for h, label in labeller.label(hidden, bad):
+            u = chunk[hidden.index(h)]
+            results[u.id] = UtteranceResult(u.id, u.text, label["text"] or "", u.language, u.keywords,
+                                            duration=u.duration or 0.0, speaker=u.speaker, context=u.context,
+                                            metadata=dict(u.meta))
+    for u in utterances:
+        if u.id not in results:
+            why = next((b for b in bad if b.startswith(f"{u.source}:")), "could not be decoded")
+            results[u.id] = UtteranceResult(u.id, u.text, "", u.language, u.keywords, error=why, speaker=u.speaker,
+                                            context=u.context, metadata=dict(u.meta))
+    return [results[u.id] for u in utterances]
