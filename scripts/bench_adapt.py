@@ -1,27 +1,38 @@
-"""Benchmark: adapting to a new domain from unlabelled audio (issues 39, 46): RL arms by updates, SFT arms by time.
+"""Benchmark: adapting to a new domain from unlabelled audio (issues 39, 46), every arm budgeted in updates.
 
-    make demo                                   # the SFT start: exp/demo_full_qwen2_audio/sft/best
+    make demo                                   # the SFT start and its acoustic scorer
     asr-rl data synth --domain target --out data/target_domain --train 800 --test 500 --seed 7
-    python scripts/bench_adapt.py --start exp/demo_full_qwen2_audio/sft/best --target data/target_domain \\
-        --source data/demo_corpus_3000 --work exp/bench_adapt --steps 250 --minutes 5 [--scorer DIR] [--rl-only]
+    python scripts/bench_adapt.py --start exp/demo_full_qwen2_audio/sft/best --target data/target_domain \
+        --source data/demo_corpus_3000 --scorer exp/scorer/demo/final --work exp/bench_adapt --steps 250 \
+        --sft-steps 1500 --seeds 42,2 [--arms rl_verifier_listening,self_train,...]
 
-From the same start and the same target-domain pool (held-out accents and new voices through a
-telephone channel), each RL arm runs `--steps` updates (the demo's stage 4 settings, its wall time in
-the run's metrics) and each SFT arm trains for `--minutes`:
-  (a) rl_verifier:  GRPO on the unlabelled pool, rewarded by recipes/rewards/voice_commands.py
-                    (the command grammar, loops, speaking rate: no transcript);
-  (b) self_train:   greedy pseudo-labels of the pool (`asr-rl data pseudo-label`), then SFT on them;
-  (c) best_of_n:    the best of 8 samples under the same verifier as labels, then SFT on them;
-and with the pool's transcripts:
-  (d) rl_cer:       GRPO with 1 - CER and the failure terms (the demo's reward);
-  (e) sft:          SFT on the transcripts;
-with `--scorer` (an `asr-rl train scorer` folder), the arms that listen, also without transcripts:
-  (f) rl_listening:           GRPO rewarded by the acoustic term alone (what a user without a grammar has);
-  (g) rl_verifier_listening:  the verifier with the acoustic term beside it (VOICE_COMMANDS_SCORER).
-The labelling time of (b) and (c) is reported apart, not charged to their SFT minutes. SFT runs at
-the start's floor rate (constant), as the continuation control of bench_pretrained.py. Every arm is
-evaluated on the target dev and test sets, the source test_clean (forgetting) and the non-speech
-set, with the verifier's pass rate, and compared with `asr-rl eval --compare` (paired bootstrap).
+From the same start and the same target-domain pool (held-out English accents and new Mandarin voices
+through a telephone line; about 10% of its clips hold nobody speaking, unmarked), each RL arm runs
+`--steps` updates (the demo's stage 4 settings; wall time in the run's metrics) and each SFT arm
+`--sft-steps`, once per seed in `--seeds` (the intervals pool both seeds' utterances):
+without transcripts
+  rl_verifier             GRPO rewarded by recipes/rewards/voice_commands.py: the command grammar,
+                          loops, speaking rate and the silence term (a voice-activity detector);
+  rl_verifier_listening   the same with the acoustic term beside it (`--scorer`: how well the
+                          hypothesis fits the audio under a CTC scorer on the frozen encoder);
+  rl_listening            what a user without a grammar has: the acoustic and silence terms;
+  rl_listening_home       the same, with the labelled source corpus drawn beside the pool
+                          (train_manifest_probs, source lines scored by 1 - CER too) and a KL anchor
+                          to the start (`--kl`, chosen on target dev);
+  self_train              greedy pseudo-labels of the pool, then SFT on them;
+  best_of_n               the best of 8 samples under the verifier with the acoustic term, then SFT;
+  suta                    entropy minimisation on the pool (SUTA, Lin et al. 2022, arXiv:2203.14222):
+                          the loop with zero advantages and the entropy term at -1 (its own
+                          samples' token entropy minimised); SUTA's class-confusion term left out;
+  rerank                  no training: 8 samples per utterance at test time, the one the verifier
+                          with the acoustic term scores best (`asr-rl eval --rerank`);
+with the pool's transcripts (`--labelled`)
+  rl_cer                  GRPO with 1 - CER and the failure terms (the demo's reward);
+  sft                     SFT on the transcripts.
+The labelling time of self_train and best_of_n is reported apart. SFT runs at the start's floor
+rate (constant), as the continuation control of bench_pretrained.py. Every model is evaluated on
+the target dev and test sets, the source test_clean (forgetting) and the non-speech set, with the
+verifier's pass rate, and compared with `asr-rl eval --compare` (paired bootstrap).
 """
 from __future__ import annotations
 
@@ -35,11 +46,14 @@ from bench_common import FIXED_TIME_SFT, run
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = str(ROOT / "recipes/rewards/voice_commands.py")
-ARMS = ("rl_verifier", "self_train", "best_of_n", "rl_cer", "sft")
-LISTENING = ("rl_listening", "rl_verifier_listening")  # with --scorer
+RL_ARMS = ("rl_verifier", "rl_verifier_listening", "rl_listening", "rl_listening_home", "suta")
+SFT_ARMS = ("self_train", "best_of_n")
+LABELLED = ("rl_cer", "sft")
+ARMS = (*RL_ARMS, *SFT_ARMS, "rerank", *LABELLED)
+LABEL_FREE = ["rollout.reference_in_group=false", "optim.micro_train_batch_size=32"]  # 8 x 8 samples: 32 a rank
 
 
-def grpo(start: Path, manifest: Path, out: Path, steps: int, reward: list[str], seed: int = 42, env=None) -> None:
+def grpo(start: Path, manifest: str, out: Path, steps: int, reward: list[str], seed: int = 42, env=None) -> None:
     """GRPO for `steps` updates (a budget that does not depend on the host; its wall time is in the
     run's metrics), as the demo's stage 4 runs it."""
     if (out / "final").is_dir():
@@ -50,33 +64,33 @@ def grpo(start: Path, manifest: Path, out: Path, steps: int, reward: list[str], 
         "distributed.zero_stage=2", "logging.progress_bar=false", *reward, threads=1, env=env)
 
 
-def sft(start: Path, manifest: Path, out: Path, minutes: float) -> None:
+def sft(start: Path, manifest: Path, out: Path, steps: int, seed: int) -> None:
     if (out / "final").is_dir():
         return
     cfg = yaml.safe_load((start.parent / "config.yaml").read_text())
     lr = cfg["optim"]["learning_rate"] * cfg["optim"]["min_lr_ratio"]
     run("train", "sft", "--config", str(ROOT / "recipes/configs/sft_demo.yaml"), f"pretrain={start}",
-        f"train_manifest={manifest}", f"output_dir={out}", f"max_minutes={minutes}", "max_steps=1000000",
+        f"train_manifest={manifest}", f"output_dir={out}", "max_minutes=0", f"max_steps={steps}", f"seed={seed}",
         "save_steps=0", "eval_steps=0", *FIXED_TIME_SFT, "optim.lr_scheduler=constant_with_warmup",
         "optim.lr_warmup_ratio=0", f"optim.learning_rate={lr}", "logging.progress_bar=false")
 
 
-def labels(start: Path, pool: Path, out: Path, best_of: int = 0) -> float:
+def labels(start: Path, pool: Path, out: Path, best_of: int = 0, env=None) -> float:
     if out.is_file() and (out.parent / (out.name + ".done")).is_file():
         return float((out.parent / (out.name + ".done")).read_text())
     extra = ["--best-of", str(best_of), "--reward", VERIFIER] if best_of else []
-    seconds = run("data", "pseudo-label", str(start), str(pool), "--out", str(out), "--quiet", *extra)
+    seconds = run("data", "pseudo-label", str(start), str(pool), "--out", str(out), "--quiet", *extra, env=env)
     (out.parent / (out.name + ".done")).write_text(f"{seconds:.1f}")
     return seconds
 
 
-def evaluate(model: Path, sets: dict[str, Path], out: Path) -> dict:
+def evaluate(model: Path, sets: dict[str, Path], out: Path, rerank: list[str] = (), env=None) -> dict:
     if not (out / "report.json").is_file():
         args = ["eval", "--model", str(model), "--output", str(out), "--batch-size", "32", "--quiet",
-                "--verifier", VERIFIER]
+                "--verifier", VERIFIER, *rerank]
         for name, path in sets.items():
             args += ["--test-set", f"{name}={path}"]
-        run(*args)
+        run(*args, env=env)
     return json.loads((out / "report.json").read_text())
 
 
@@ -86,30 +100,37 @@ def compare(a: Path, b: Path, out: Path) -> dict:
     return json.loads((out / "report.json").read_text())["compare"]
 
 
-LABEL_FREE = ["rollout.reference_in_group=false", "optim.micro_train_batch_size=32"]  # 8 x 8 samples: 32 a rank
-
-
-def train_arms(args, work: Path) -> dict[str, float]:
-    """Each arm's model; returns the labelling seconds of the pseudo-label arms."""
-    target, start, m, n = Path(args.target), Path(args.start), args.minutes, args.steps
-    grpo(start, target / "pool.jsonl", work / "rl_verifier", n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE])
-    if args.scorer:  # the arms that listen: the acoustic term alone (no grammar), and beside the verifier
-        grpo(start, target / "pool.jsonl", work / "rl_listening", n,
-             ["reward.terms={acoustic: 1.0}", f"reward.term_options={{acoustic: {{scorer: {Path(args.scorer).resolve()}}}}}",
-              *LABEL_FREE])
-        grpo(start, target / "pool.jsonl", work / "rl_verifier_listening", n,
-             [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE],
-             env={"VOICE_COMMANDS_SCORER": str(Path(args.scorer).resolve())})
-    if args.rl_only:
-        return {}
-    seconds = {"self_train": labels(start, target / "pool.jsonl", work / "labels_greedy.jsonl"),
-               "best_of_n": labels(start, target / "pool.jsonl", work / "labels_best_of_8.jsonl", best_of=8)}
-    sft(start, work / "labels_greedy.jsonl", work / "self_train", m)
-    sft(start, work / "labels_best_of_8.jsonl", work / "best_of_n", m)
-    grpo(start, target / "pool_labelled.jsonl", work / "rl_cer", n,
-         ["reward.terms={cer: 1.0, omission: 0.5, hallucination: 0.5, empty: 0.5}"])
-    sft(start, target / "pool_labelled.jsonl", work / "sft", m)
-    return seconds
+def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
+    """Train `arm` with `seed` (the folder `<arm>_s<seed>`); the labelling seconds of a pseudo-label arm."""
+    target, start, n, scorer = Path(args.target), Path(args.start), args.steps, str(Path(args.scorer).resolve())
+    out, pool = work / f"{arm}_s{seed}", str(target / "pool.jsonl")
+    listening = {"VOICE_COMMANDS_SCORER": scorer}
+    terms = f"reward.term_options={{acoustic: {{scorer: {scorer}}}}}"
+    if arm == "rl_verifier":
+        grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE], seed)
+    elif arm == "rl_verifier_listening":
+        grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE], seed, env=listening)
+    elif arm == "rl_listening":
+        grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE], seed)
+    elif arm == "rl_listening_home":
+        home = f"{Path(args.source) / 'train.jsonl'},{pool}"
+        grpo(start, home, out, n, ["reward.terms={cer: 1.0, acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE,
+                                   "train_manifest_probs=[0.3, 0.7]", f"algo.init_kl_coef={args.kl}"], seed)
+    elif arm == "suta":  # zero advantages (a constant reward, every group kept): only the entropy term acts
+        grpo(start, pool, out, n, ["reward.terms={repetition: 0.0}", "rollout.dynamic_filtering=false",
+                                   "rollout.n_samples_per_prompt=2", "rollout.reference_in_group=false",
+                                   "optim.micro_train_batch_size=8", "algo.entropy_coef=-1.0"], seed)
+    elif arm in SFT_ARMS:
+        best_of = 8 if arm == "best_of_n" else 0
+        seconds = labels(start, target / "pool.jsonl", work / f"labels_{arm}.jsonl", best_of, env=listening)
+        sft(start, work / f"labels_{arm}.jsonl", out, args.sft_steps, seed)
+        return seconds
+    elif arm == "rl_cer":
+        grpo(start, str(target / "pool_labelled.jsonl"), out, n,
+             ["reward.terms={cer: 1.0, omission: 0.5, hallucination: 0.5, empty: 0.5}"], seed)
+    elif arm == "sft":
+        sft(start, target / "pool_labelled.jsonl", out, args.sft_steps, seed)
+    return None
 
 
 def interval(c: dict | None) -> str:
@@ -125,27 +146,50 @@ def main() -> None:
     p.add_argument("--start", default="exp/demo_full_qwen2_audio/sft/best")
     p.add_argument("--target", default="data/target_domain")
     p.add_argument("--source", default="data/demo_corpus_3000")
+    p.add_argument("--scorer", default="exp/scorer/demo/final", help="an `asr-rl train scorer` folder")
     p.add_argument("--work", default="exp/bench_adapt")
-    p.add_argument("--minutes", type=float, default=5.0, help="each SFT arm's wall time")
     p.add_argument("--steps", type=int, default=250, help="each RL arm's updates")
-    p.add_argument("--scorer", help="an `asr-rl train scorer` folder: adds the arms that listen")
-    p.add_argument("--rl-only", action="store_true", help="only the label-free RL arms (and the start)")
+    p.add_argument("--sft-steps", type=int, default=1500, help="each SFT arm's steps (16 utterances a step)")
+    p.add_argument("--seeds", default="42,2", help="each trained arm once per seed")
+    p.add_argument("--kl", type=float, default=0.05, help="rl_listening_home: the KL coefficient to the start")
+    p.add_argument("--arms", default=",".join(a for a in ARMS if a not in LABELLED), help=f"of {', '.join(ARMS)}")
+    p.add_argument("--summary-only", action="store_true",
+                   help="train and decode nothing: the tables of the models and evaluations already there")
     args = p.parse_args()
-    work, target = Path(args.work), Path(args.target)
+    work, target, seeds = Path(args.work), Path(args.target), [int(x) for x in args.seeds.split(",")]
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; valid: {', '.join(ARMS)}")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    label_seconds = train_arms(args, work)
     sets = {"target_dev": target / "dev.jsonl", "target_test": target / "test.jsonl",
             "source_test_clean": Path(args.source) / "test_clean.jsonl", "nonspeech": target / "nonspeech.jsonl"}
-    arms = [a for a in (*ARMS, *LISTENING) if (work / a / "final").is_dir()]
-    models = {"start": Path(args.start), **{a: work / a / "final" for a in arms}}
-    reports = {name: evaluate(path, sets, work / "eval" / name) for name, path in models.items()}
-    pairs = [("start", a) for a in arms] + [p for p in (("self_train", "rl_verifier"), ("best_of_n", "rl_verifier"),
-                                                         ("sft", "rl_cer"), ("rl_verifier", "rl_verifier_listening"))
-                                            if p[0] in arms and p[1] in arms]
-    comps = {(a, b): compare(work / "eval" / a, work / "eval" / b, work / "compare" / f"{b}_vs_{a}") for a, b in pairs}
-    print(f"\nbench_adapt: RL {args.steps} updates, SFT {args.minutes} min an arm, from {args.start}; labelling s: {label_seconds}; "
-          f"whole run {(time.perf_counter() - t0) / 60:.1f} min")
+    listening = {"VOICE_COMMANDS_SCORER": str(Path(args.scorer).resolve())}
+    label_seconds, reports = {}, {"start": evaluate(Path(args.start), sets, work / "eval" / "start")}
+    for seed in seeds:
+        for arm in arms:
+            name = f"{arm}_s{seed}"
+            if args.summary_only:
+                if (work / "eval" / name / "report.json").is_file():
+                    reports[name] = json.loads((work / "eval" / name / "report.json").read_text())
+                continue
+            if arm == "rerank":
+                reports[name] = evaluate(Path(args.start), sets, work / "eval" / name,
+                                         ["--rerank", "8", "--reward", VERIFIER, "--seed", str(seed)], env=listening)
+                continue
+            seconds = train_arm(arm, args, work, seed)
+            if seconds is not None:
+                label_seconds[arm] = seconds
+            reports[name] = evaluate(work / name / "final", sets, work / "eval" / name)
+    summarise(args, work, reports, label_seconds, seeds, arms, (time.perf_counter() - t0) / 60)
+
+
+def summarise(args, work: Path, reports: dict, label_seconds: dict, seeds: list[int], arms: list[str],
+              minutes: float) -> None:
+    """Tables of each model's metrics and of paired comparisons, pooled over seeds (`pool_compare`)."""
+    print(f"\nbench_adapt: RL {args.steps} updates, SFT {args.sft_steps} steps an arm, seeds {seeds}, from "
+          f"{args.start}; labelling s: {label_seconds}; whole run {minutes:.1f} min")
     print("| model | set | CER % | ins % | loops % | kw err % | verifier pass % | non-speech halluc % |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, rep in reports.items():
@@ -153,14 +197,34 @@ def main() -> None:
             print(f"| {name} | {s} | {_pct(m.get('cer'))} | {_pct(m.get('insertion_rate'))} | {_pct(m.get('loop_rate'))} | "
                   f"{_pct(m.get('keyword_error_rate'))} | {_pct(m.get('verifier_pass_rate'))} | "
                   f"{_pct(m.get('nonspeech_hallucination_rate'))} |")
-    print("\n| B vs A | set | CER relative [95% CI] P(B better) |")
-    print("|---|---|---|")
+    main_arm = "rl_verifier_listening"
+    pairs = [("start", a) for a in arms] + [(c, main_arm) for c in ("self_train", "best_of_n", "suta", "rerank", "rl_verifier")
+                                            if c in arms and main_arm in arms and c != main_arm]
+    comps = {}
+    for a, b in pairs:
+        comps[(a, b)] = pool_compare(work, a, b, seeds)
+    print("\n| B vs A | set | CER relative [95% CI] P(B better), seeds pooled | each seed |")
+    print("|---|---|---|---|")
     for (a, b), c in comps.items():
         for s in ("target_dev", "target_test", "source_test_clean"):
-            print(f"| {b} vs {a} | {s} | {interval(c['test_sets'].get(s))} |")
+            runs = ", ".join("-" if r is None else f"{100 * r:+.1f}%" for r in (c.get(s) or {}).get("runs", []))
+            print(f"| {b} vs {a} | {s} | {interval(c.get(s))} | {runs} |")
     (work / "summary.json").write_text(json.dumps({"label_seconds": label_seconds, "reports": reports,
                                                    "compare": {f"{b}_vs_{a}": c for (a, b), c in comps.items()}},
                                                   indent=1, default=str))
+
+
+def pool_compare(work: Path, a: str, b: str, seeds: list[int]) -> dict:
+    """B against A on each set, both seeds' utterances in one paired bootstrap (an utterance of seed
+    s is paired with itself under A's seed-s model; the start is one model for every seed)."""
+    from asr_rl.evaluation.compare import pooled_compare
+
+    def folder(arm, seed):
+        return work / "eval" / (arm if arm == "start" else f"{arm}_s{seed}")
+
+    pairs = [(folder(a, s), folder(b, s)) for s in seeds if (folder(a, s) / "report.json").is_file()
+             and (folder(b, s) / "report.json").is_file()]
+    return pooled_compare(pairs) if pairs else {}
 
 
 def _pct(x) -> str:

@@ -177,6 +177,33 @@ def run_compare(a: str | Path, b: str | Path, test_sets: dict[str, str] | None =
     return report
 
 
+def pooled_compare(pairs: list[tuple[Path, Path]], n_resamples: int = 1000, seed: int = 0) -> dict[str, dict]:
+    """B against A over several runs of each (e.g. two training seeds): `pairs` of eval folders (A_k,
+    B_k), every test set they all hold. Each set's paired bootstrap draws utterances with all their
+    runs' errors together (the utterance is the block, so its copies are not counted as independent);
+    the interval holds the utterance and the seed variation both runs show. Returns set -> {"utterance":
+    the pooled bootstrap (`PairedBootstrap.to_dict`), "runs": each pair's own relative change}."""
+    names = set.intersection(*[{q.name.removesuffix(".hyps.jsonl") for q in Path(f).glob("*.hyps.jsonl")}
+                               for pair in pairs for f in pair])
+    out = {}
+    for name in sorted(names):
+        ea, eb, units, blocks, ids, runs = [], [], [], [], {}, []
+        for a, b in pairs:
+            ra, rb, _ = paired(read_hyps(Path(a), name), read_hyps(Path(b), name), name)
+            errs = [[char_errors(r.reference, r.hypothesis) for r in side] for side in (ra, rb)]
+            ea += [sum(e[:3]) for e in errs[0]]
+            eb += [sum(e[:3]) for e in errs[1]]
+            units += [e[3] for e in errs[0]]
+            blocks += [ids.setdefault(r.id, len(ids)) for r in ra]
+            n = sum(e[3] for e in errs[0])
+            runs.append((sum(sum(e[:3]) for e in errs[1]) / n) / (sum(sum(e[:3]) for e in errs[0]) / n) - 1
+                        if n and any(sum(e[:3]) for e in errs[0]) else None)
+        if sum(units) > 0:  # a set of only non-speech lines has no CER to compare
+            out[name] = {"utterance": paired_bootstrap(ea, eb, units, n_resamples, seed, blocks).to_dict(),
+                         "runs": runs}
+    return out
+
+
 def _speakers(a: list[UtteranceResult], b: list[UtteranceResult], manifest: str | None,
               options=None) -> list[str | None]:
     """Each utterance's speaker: from the manifest when given (read with `options`), else from

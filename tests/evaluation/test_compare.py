@@ -176,3 +176,24 @@ def test_compare_checks_context_lists_on_both_sides(tmp_path, capsys):
     b = _eval_folder(tmp_path / "b", {"clean": [dict(r, context=["anna", "ben"]) for r in rows]})
     assert main(["eval", "--compare", str(a), str(b)]) == 2
     assert "different context lists" in capsys.readouterr().err
+
+
+def test_pooled_compare_over_two_runs_resamples_an_utterance_with_both_runs(tmp_path):
+    from asr_rl.evaluation.compare import pooled_compare
+    from asr_rl.evaluation.significance import paired_bootstrap
+
+    # the start (A) is one model for both seeds; B differs by seed. "clean": u1 ("anna", 4 chars) and
+    # u2 ("打开客厅的灯", 6 chars). A: 2 + 0 errors. B seed 1: 0 + 3 (CER 30 %); B seed 2: 1 + 0 (10 %).
+    start = _eval_folder(tmp_path / "start", {"clean": [_hyp("u1", "anna", "an"), _hyp("u2", "打开客厅的灯", "打开客厅的灯", "zh")]})
+    b1 = _eval_folder(tmp_path / "b1", {"clean": [_hyp("u1", "anna", "anna"), _hyp("u2", "打开客厅的灯", "打开卧室的", "zh")],
+                                        "nonspeech": [_hyp("x", "", "hm")]})
+    b2 = _eval_folder(tmp_path / "b2", {"clean": [_hyp("u1", "anna", "ann"), _hyp("u2", "打开客厅的灯", "打开客厅的灯", "zh")]})
+    out = pooled_compare([(start, b1), (start, b2)], n_resamples=200, seed=0)
+    assert set(out) == {"clean"}  # only the sets all four hold
+    pooled = out["clean"]["utterance"]
+    # pooled over both runs: A 4 errors / 20 chars, B 4 / 20: no change
+    assert pooled["cer_a"] == pytest.approx(0.2) and pooled["cer_b"] == pytest.approx(0.2) and pooled["relative"] == 0
+    assert out["clean"]["runs"] == [pytest.approx(0.5), pytest.approx(-0.5)]  # 30 % and 10 % against 20 %
+    # the utterance is the block: the same as a bootstrap over 2 blocks holding both runs' errors
+    ref = paired_bootstrap([2, 0, 2, 0], [0, 3, 1, 0], [4, 6, 4, 6], 200, 0, blocks=[0, 1, 0, 1])
+    assert pooled == ref.to_dict() and pooled["blocks"] == 2
