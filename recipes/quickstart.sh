@@ -87,8 +87,11 @@ PORT=${PORT:-5123}
 # its rollouts, so at builtin:asr's 0.2 it barely moved the policy.
 if [ "$RL_DOMAIN" = target ]; then
   REWARD=${REWARD:-$VERIFIER}
-  # no transcripts: no reference member in the groups; 8 samples of each utterance, split over 2 ranks
-  GRPO_ARGS+=(rollout.reference_in_group=false optim.micro_train_batch_size=$([ "$DEMO_SCALE" = tiny ] && echo 4 || echo 32))
+  # no transcripts: no reference member in the groups; 8 samples of each utterance, split over 2 ranks;
+  # the run's curve is the target's dev set (200 lines every 50 updates; stage 5 decodes all of it)
+  GRPO_ARGS+=(rollout.reference_in_group=false optim.micro_train_batch_size=$([ "$DEMO_SCALE" = tiny ] && echo 4 || echo 32)
+              eval.eval_max_samples=200)
+  EVAL_MANIFEST=$TARGET/dev.jsonl
 elif [ "$ARCH" = qwen3_asr ]; then
   REWARD=${REWARD:-builtin:cer=1,keyword=0.3,language=1,fluency=0.2}
 else
@@ -157,7 +160,7 @@ tokenizer_texts() { if [ "$RL_DOMAIN" = target ]; then echo "$CORPUS/train.jsonl
 grpo() {
   start_reward_server
   OMP_NUM_THREADS=1 ARCH=$ARCH CORPUS=$CORPUS SFT_MODEL=$(sft_start) TRAIN_MANIFEST=$(rl_manifest) EXP=$EXP BACKEND=ray NUM_RANKS=2 ZERO_STAGE=2 \
-    MAX_STEPS=$GRPO_STEPS MAX_MINUTES=$GRPO_MINUTES REWARD_URL=http://127.0.0.1:$PORT \
+    MAX_STEPS=$GRPO_STEPS MAX_MINUTES=$GRPO_MINUTES REWARD_URL=http://127.0.0.1:$PORT EVAL_MANIFEST=${EVAL_MANIFEST:-$CORPUS/dev.jsonl} \
     bash recipes/run_grpo_from_sft.sh 2 2 resume=auto "${CACHE_ARGS[@]}" "${GRPO_ARGS[@]}"
 }
 

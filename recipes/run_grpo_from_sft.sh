@@ -20,6 +20,7 @@ EXTRA=("$@")
 CORPUS=${CORPUS:-data/demo_corpus_3000}
 SFT_MODEL=${SFT_MODEL:-exp/demo/sft/final}
 TRAIN_MANIFEST=${TRAIN_MANIFEST:-$CORPUS/train.jsonl}  # the utterances the rollouts hear
+EVAL_MANIFEST=${EVAL_MANIFEST:-$CORPUS/dev.jsonl}  # the RL run's own curve (the target's dev set, adapting)
 EXP=${EXP:-exp/demo}
 ARCH=${ARCH:-qwen2_audio}
 if [ "$ARCH" = qwen3_asr ]; then CONFIG=${CONFIG:-recipes/configs/grpo_scratch.yaml}; else CONFIG=${CONFIG:-recipes/configs/grpo_demo.yaml}; fi
@@ -60,7 +61,7 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
   # a remote reward replaces the config's built-in terms (the server scores with its own)
   [ -n "$REWARD_URL" ] && reward_args=("reward.remote_url=$REWARD_URL" "reward.terms=null")
   asr-rl train grpo --config "$CONFIG" pretrain="$SFT_MODEL" train_manifest="$TRAIN_MANIFEST" \
-    eval_manifest="$CORPUS/dev.jsonl" output_dir="$EXP/grpo" backend="$BACKEND" rollout.engine="$ENGINE" \
+    eval_manifest="$EVAL_MANIFEST" output_dir="$EXP/grpo" backend="$BACKEND" rollout.engine="$ENGINE" \
     distributed.actor_num_gpus_per_node="$NUM_RANKS" distributed.zero_stage="$ZERO_STAGE" \
     max_steps="$MAX_STEPS" max_minutes="$MAX_MINUTES" "${reward_args[@]}" "${EXTRA[@]}"
   log "Stage 2 done in $(( $(date +%s) - start )) s"

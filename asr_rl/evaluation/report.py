@@ -63,37 +63,66 @@ def start_minutes(run_dirs: dict[str, Path], runs: dict[str, list[dict]]) -> dic
     return starts
 
 
+def smoothed(values: list[float], window: int) -> list[float]:
+    """The trailing mean of the last `window` values at each point (fewer at the start): the trend of
+    a per-step reward, whose steps are single batches and mostly noise.
+
+    >>> smoothed([0.0, 1.0, 2.0, 3.0], 2)
+    [0.0, 0.5, 1.5, 2.5]
+    """
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
+_PANELS = (("reward", lambda k: k.startswith(_TERM_PREFIX) and k != "reward/std"),
+           ("KL to the reference", lambda k: k in ("kl/loss", "kl/mean")),
+           ("dev CER (eval_manifest)", lambda k: k == "eval/cer"))
+
+
+def _series(runs: dict[str, list[dict]], want, by_time: bool, starts: dict[str, float]):
+    """(label, xs, ys) of every key `want` takes, per run; a KL that is 0 throughout (no reference
+    model) is no curve."""
+    for name, rows in runs.items():
+        for key in sorted({k for r in rows for k in r if want(k)}):
+            pts = [(starts.get(name, 0.0) + r.get("time/elapsed_min", 0.0) if by_time else r["step"], r[key])
+                   for r in rows if isinstance(r.get(key), (int, float))]
+            if pts and (not key.startswith("kl/") or any(y for _, y in pts)):
+                xs, ys = zip(*pts)
+                yield f"{name}: {key}", list(xs), list(ys)
+
+
 def plot_training(runs: dict[str, list[dict]], out: Path, starts: dict[str, float] | None = None) -> Path | None:
-    """Reward terms and KL over steps; dev CER over minutes, each run from `starts` (start_minutes)."""
+    """Reward terms (the per-step values faint, their trailing mean over ~5% of the steps bold) and
+    KL over steps; dev CER over minutes, each run from `starts` (start_minutes). A panel with nothing
+    to draw (no reference model: no KL) is left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     starts = starts or {}
-    panels = [("reward", lambda k: k.startswith(_TERM_PREFIX) and k != "reward/std"),
-              ("KL", lambda k: k in ("kl/loss", "kl/mean")),
-              ("dev CER", lambda k: k == "eval/cer")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
-    drew = False
-    for ax, (title, want) in zip(axes, panels):
-        by_time = title == "dev CER"
-        for name, rows in runs.items():
-            for key in sorted({k for r in rows for k in r if want(k)}):
-                pts = [(starts.get(name, 0.0) + r.get("time/elapsed_min", 0.0) if by_time else r["step"], r[key])
-                       for r in rows if isinstance(r.get(key), (int, float))]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, ms=3, label=f"{name}: {key}")
-                    drew = True
+    panels = [(title, list(_series(runs, want, title.startswith("dev"), starts))) for title, want in _PANELS]
+    panels = [(title, series) for title, series in panels if series]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels):
+        by_time = title.startswith("dev")
+        for label, xs, ys in series:
+            marker = "o" if len(xs) < 30 else None
+            if title == "reward" and len(xs) >= 30:
+                line, = ax.plot(xs, ys, alpha=0.25, lw=0.8)
+                ax.plot(xs, smoothed(ys, max(5, len(ys) // 20)), color=line.get_color(), lw=1.8, label=f"{label} (mean)")
+            else:
+                ax.plot(xs, ys, marker=marker, ms=3, label=label)
         ax.set_title(title)
         ax.set_xlabel("minutes (a run from another's best/ or final/ starts there)" if by_time else "step")
-        if by_time and ax.lines:
+        if by_time:
             ax.set_yscale("log")  # a plateau at 5% is as visible as the first minutes at 60%
-        if ax.lines:
-            ax.legend(fontsize=7)
-    if not drew:
-        plt.close(fig)
-        return None
+        ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "training_curves.png"
     fig.savefig(path, dpi=110)

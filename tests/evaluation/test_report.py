@@ -82,3 +82,24 @@ def test_an_rl_runs_step_time_is_split_by_phase_and_drawn(tmp_path):
     write_report([_run(tmp_path / "grpo", rows)], tmp_path / "r")
     assert "Seconds per step (median): rollout 2.00, reward 1.00" in (tmp_path / "r" / "report.md").read_text()
     assert (tmp_path / "r" / "step_time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_training_plot_smooths_the_reward_and_leaves_out_a_kl_panel_with_nothing_in_it(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from asr_rl.evaluation.report import plot_training, smoothed
+
+    assert smoothed([1.0, 3.0, 2.0, 6.0, 1.0], 3) == [1.0, 2.0, 2.0, pytest.approx(11 / 3), 3.0]
+    drawn = {}
+    save = plt.Figure.savefig
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, *a, **k: drawn.update(
+        axes={ax.get_title(): [ln.get_label() for ln in ax.lines] for ax in fig.axes}) or save(fig, *a, **k))
+    rows = [{"step": s, "reward/mean": (s % 2) * 1.0, "kl/loss": 0.0, "eval/cer": 0.2, "time/elapsed_min": s / 10}
+            for s in range(1, 61)]
+    assert plot_training({"grpo": rows}, tmp_path) == tmp_path / "training_curves.png"
+    # no KL panel (a KL of 0 throughout: no reference model); the reward's per-step line and its mean
+    assert drawn["axes"] == {"reward": ["_child0", "grpo: reward/mean (mean)"],
+                             "dev CER (eval_manifest)": ["grpo: eval/cer"]}
+    rows[-1]["kl/loss"] = 0.01
+    plot_training({"grpo": rows}, tmp_path)
+    assert drawn["axes"]["KL to the reference"] == ["grpo: kl/loss"]
