@@ -161,7 +161,13 @@ class AudioPolicy(CausalPolicy):
     @torch.no_grad()
     def encode_prompts(self, waveforms: list[np.ndarray], languages: list[str | None],
                        ids: list[str] | None = None, contexts: list[tuple[str, ...]] | None = None) -> list[PromptRow]:
-        """Run processor and (frozen) encoder once; keep each prompt's ids and audio states."""
+        """Run processor and (frozen) encoder once; keep each prompt's ids and audio states. A family
+        whose features are padded to the batch's longest clip encodes each clip on its own, so that a
+        clip's states (and its transcript, and the cache's row) never depend on its batch-mates."""
+        if len(waveforms) > 1 and not self.spec.batch_invariant_audio:
+            ids, contexts = ids or [str(i) for i in range(len(waveforms))], contexts or [()] * len(waveforms)
+            return [row for i in range(len(waveforms))
+                    for row in self.encode_prompts([waveforms[i]], [languages[i]], [ids[i]], [contexts[i]])]
         prompts = self.prepare(waveforms, languages, ids, contexts)
         states = self.encode_audio(prompts)
         counts = self.audio_positions(prompts.input_ids).sum(-1).tolist()

@@ -78,6 +78,10 @@ class AudioLLMSpec:
             encoder; otherwise the tower is always randomly initialised.
         random_tower: what sets a random-only tower apart (e.g. "rotary positions, 128 mels"), for
             the message refusing a pretrained encoder.
+        batch_invariant_audio: the processor pads every clip to one fixed window (Whisper's 30 s),
+            so a clip's features and encoder states do not depend on its batch-mates; otherwise
+            (features padded to the longest clip: the edge frames and the frame count change with
+            it) each clip is encoded on its own (`AudioPolicy.encode_prompts`).
     """
 
     name: str = ""
@@ -87,6 +91,7 @@ class AudioLLMSpec:
     takes_pretrained_encoder: bool = False
     released_bpe: str | None = None  # the released BPE `model init --tokenizer` can build offline ("qwen")
     random_tower: str = ""
+    batch_invariant_audio: bool = False
 
     # --- the Hugging Face classes and the pieces of the network --------------------------
     # The defaults are the layout transformers' audio-LLMs share (`model.model.audio_tower`,

@@ -69,6 +69,7 @@ class Qwen2AudioSpec(AudioLLMSpec):
     released_bpe = "qwen"
     model_types = ("qwen2_audio",)
     default_encoder = "whisper-tiny.en"
+    batch_invariant_audio = True  # features padded to the 30 s window
     takes_pretrained_encoder = True
     sizes = {
         # The LLM per size; the audio tower is the pretrained encoder's (Whisper tiny.en: 384 x 4

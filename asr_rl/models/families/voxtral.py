@@ -95,6 +95,7 @@ class VoxtralSpec(AudioLLMSpec):
     name = "voxtral"
     model_types = ("voxtral",)
     random_tower = "128 mels"
+    batch_invariant_audio = True  # features padded to the 30 s window
     sizes = {
         # the released vocabulary and ids with a tiny encoder and LLM; the encoder keeps its
         # 1500 positions (one 30 s chunk) and intermediate = 4 x hidden (the merge)
