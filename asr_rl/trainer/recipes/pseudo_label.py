@@ -12,7 +12,8 @@ unlabelled line, where best-of-N's reward scores it highest (a reward that hears
 
 Each written line is the input line (every field, `audio` absolute) with `text` = the label, the
 line's own transcript kept as `reference_text` when it had one (to measure the labels against),
-and `pseudo_label`: {"method": "greedy"|"best_of_n", "confidence", "reward" (best-of-N), "n"}.
+and `pseudo_label`: {"method": "greedy"|"best_of_n", "confidence", "reward" (best-of-N), "n", "model",
+"pool" (the absolute paths it was labelled with and from)}.
 
 Confidence: the mean, over the chosen hypothesis's tokens (the language tag and EOS included), of
 log p(token | audio, tokens before) under the model at temperature 1, teacher-forced; 0 is
@@ -20,7 +21,9 @@ certain, lower is less sure (rounded to 4 decimals). `min_confidence` drops the 
 `<out stem>.dropped.jsonl`, each with its reason, as it does lines whose hypotheses are all empty.
 
 Resumable: lines are appended and flushed one by one; a rerun skips the ids already in the output
-and the dropped file, and rewrites a half-written last line. Batches are fixed runs of the
+and the dropped file, and rewrites a half-written last line. Only a file this command wrote for the
+same model, pool and method is continued; any other `--out` (a manifest labelled by people) is
+refused, naming it, and left untouched. Batches are fixed runs of the
 manifest's lines, recomputed whole, so a resumed run writes what an uninterrupted one would.
 A line that cannot be decoded (bad manifest line, missing or unreadable audio, too long) is named
 with its file:line and skipped; the report lists them.
@@ -64,31 +67,45 @@ def choose(hypotheses: list[str], rewards: list[float], non_speech: bool) -> int
     return max(allowed, key=lambda j: (rewards[j], -j)) if allowed else None
 
 
-def resume_ids(path: Path, method: str) -> set[str]:
+def resume_ids(path: Path, method: str, origin: dict[str, str] | None = None) -> set[str]:
     """Ids a previous run wrote to `path` (empty when there is none). A last line cut short by a
-    kill (no newline) is removed, so that it is written again; any other line that is not a JSON
-    object, or a line labelled by another method, is an error naming it."""
+    kill (no newline) is removed, so that it is written again. Only a file this command wrote, with
+    this method and (`origin`) this model and pool, is continued: a line that is not a JSON object,
+    has no `pseudo_label` (a manifest labelled by people), or was labelled otherwise is an error
+    naming the file and line, and nothing is written."""
     if not path.is_file():
         return set()
     data = path.read_bytes()
     complete, _, partial = data.rpartition(b"\n")
+    _check_lines(path, complete, method, origin)
     if partial:
         log.warning("%s: removing a half-written last line (it is written again)", path)
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(partial))
-    ids = set()
+    return {str(json.loads(raw)["id"]) for raw in (complete.split(b"\n") if complete else [])}
+
+
+def _check_lines(path: Path, complete: bytes, method: str, origin: dict[str, str] | None) -> None:
+    """`resume_ids`' refusals, all before anything is touched."""
     for lineno, raw in enumerate(complete.split(b"\n") if complete else [], start=1):
         try:
             row = json.loads(raw)
-            ids.add(str(row["id"]))
+            str(row["id"])
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{path}:{lineno}: not a line this command writes; move {path} away or give "
                              "another --out") from None
-        label = row.get("pseudo_label") or {}
+        label = row.get("pseudo_label")
+        if not isinstance(label, dict):
+            raise ValueError(f"{path}:{lineno} has no `pseudo_label`: {path} was not written by `asr-rl data "
+                             "pseudo-label` (a manifest with its own transcripts?) and is left as it is; give another "
+                             "--out") from None
         if label.get("method", method) != method:
             raise ValueError(f"{path}:{lineno} was labelled by {label['method']}, this run by {method}: give "
                              "another --out, or rerun with the first run's options")
-    return ids
+        for key, value in (origin or {}).items():
+            if key in label and label[key] != value:  # lines of older versions carry no origin
+                raise ValueError(f"{path}:{lineno} was labelled with {key} {label[key]}, this run's {key} is {value}: "
+                                 "a file continues only the run that wrote it; give another --out")
 
 
 def pseudo_label(model: str, manifest: str, out: str, *, best_of: int = 1, reward: str | None = None,
@@ -116,7 +133,8 @@ def pseudo_label(model: str, manifest: str, out: str, *, best_of: int = 1, rewar
                             max_new_tokens=max_new_tokens)
     # step 2: what a previous run did
     out_path = Path(out)
-    done = resume_ids(out_path, method) | resume_ids(dropped_path(out_path), method)
+    origin = {"model": str(Path(model).resolve()), "pool": str(Path(manifest).resolve())}
+    done = resume_ids(out_path, method, origin) | resume_ids(dropped_path(out_path), method, origin)
     report.already_done = sum(u.id in done for u in scan.utterances)
     # step 3: the model
     labeller = Labeller(load_policy(model, device, dtype), rollout, make_reward(reward_cfg) if reward_cfg else None,
@@ -135,6 +153,7 @@ def pseudo_label(model: str, manifest: str, out: str, *, best_of: int = 1, rewar
             for u, label in labeller.label(chunk, report.bad):
                 if u.id in done:
                     continue
+                label["pseudo_label"].update(origin)
                 kind, why = _drop_reason(label, min_confidence)
                 if kind:
                     report.dropped[kind] = report.dropped.get(kind, 0) + 1

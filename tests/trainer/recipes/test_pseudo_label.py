@@ -208,3 +208,22 @@ def test_eval_rerank_answers_what_best_of_n_labels_and_never_shows_the_reward_th
     assert "has no reference and every reward term (cer) needs one" in capsys.readouterr().err
     assert main(["eval", "--model", str(labeller), "--test-set", f"t={test}", "--rerank", "4", "--quiet"]) == 2
     assert "--rerank N and --reward SPEC go together" in capsys.readouterr().err
+
+
+def test_a_file_another_run_or_a_person_wrote_is_refused_and_left_as_it_was(tmp_path, capsys):
+    write_tone(tmp_path / "a.wav")
+    pool = write_manifest(tmp_path / "pool.jsonl", [{"id": "a", "audio": "a.wav", "language": "en"}])
+    human = write_manifest(tmp_path / "test.jsonl", [{"id": "t1", "audio": "a.wav", "text": "call anna",
+                                                      "language": "en"}])
+    before = human.read_bytes()
+    assert main(["data", "pseudo-label", str(tmp_path / "no-model"), str(pool), "--out", str(human)]) == 2
+    err = capsys.readouterr().err
+    assert f"{human}:1 has no `pseudo_label`" in err and "give another --out" in err
+    assert human.read_bytes() == before
+    # a file this command wrote, for another model or pool
+    origin = {"model": "/m1", "pool": str(pool.resolve())}
+    out = tmp_path / "labels.jsonl"
+    out.write_text(json.dumps({"id": "a", "text": "x", "pseudo_label": {"method": "greedy", **origin}}) + "\n")
+    assert resume_ids(out, "greedy", origin) == {"a"}
+    with pytest.raises(ValueError, match=r"labels\.jsonl:1 was labelled with model /m1, this run's model is /m2"):
+        resume_ids(out, "greedy", {**origin, "model": "/m2"})
