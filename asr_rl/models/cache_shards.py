@@ -4,7 +4,11 @@ Layout of `model.encoder_cache=DIR`:
 - `meta.json`: `{"format": 1, "fingerprint": ...}`, the encoder and prompt format the rows belong to;
 - per writer process, shards `<fp12>-<host>-<pid>-<token>-<n>.bin` (the rows' bytes: prompt ids
   as int32, then the audio states in their dtype) and `.idx` beside it (one JSON line per row: key,
-  offset, id count, frames, width, dtype), at most `shard_bytes` of data each.
+  offset, id count, frames, width, dtype, CRC-32 of the row's bytes), at most `shard_bytes` of data each.
+
+Each row's bytes are checked against their CRC when read (~1 ms a row): a row whose bytes were
+altered, or whose index line points where no row fits, is dropped with a warning naming the shard
+and encoded again; it never reaches training.
 
 Each row is written data first, then its index line, each flushed: a process killed between the two
 leaves bytes no index line points to, and at worst a partial last line; both are ignored, and cut off
@@ -24,12 +28,14 @@ to change.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
 import os
 import secrets
 import socket
+import zlib
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,6 +65,7 @@ class Location:
     frames: int
     width: int
     dtype: str
+    crc: int | None = None  # CRC-32 of the row's bytes; None in rows written before checksums
 
     @property
     def end(self) -> int:
@@ -109,13 +116,20 @@ class ShardStore:
         data = idx.with_suffix(".bin")
         size = data.stat().st_size if data.is_file() else 0
         raw = idx.read_bytes()
-        good, data_end = 0, 0
-        for line in raw.splitlines(keepends=True):
+        good, data_end, at, skipped = 0, 0, 0, []
+        for n, line in enumerate(raw.splitlines(keepends=True), start=1):
+            at += len(line)
             loc = _parse(line, data)
-            if loc is None or loc.end > size:
-                break  # a partial line, or one whose data is not all there: the torn tail starts here
+            if loc is None or loc.end > size:  # a partial line, or one whose data is not all there
+                skipped.append(n)
+                continue
             self.index.setdefault(loc.key, loc.loc)
-            good, data_end = good + len(line), loc.loc.end
+            good, data_end = at, max(data_end, loc.loc.end)
+        # bad lines before a good one were damaged, not torn: skipped, never cut off
+        damaged = [n for n in skipped if n <= raw[:good].count(b"\n")]
+        if damaged:
+            log.warning("encoder cache %s: %s line(s) %s point where no row is: skipped (their rows are encoded "
+                        "again)", self.folder, idx.name, ", ".join(map(str, damaged)))
         if (good < len(raw) or data_end < size) and _writer_gone(idx):
             os.truncate(idx, good)
             os.truncate(data, data_end)
@@ -124,11 +138,23 @@ class ShardStore:
 
     # --- reading and writing -------------------------------------------------------------------
     def read(self, key: tuple) -> PromptRow:
-        """The row of `key`, copied out of its shard (CPU tensors)."""
+        """The row of `key`, copied out of its shard (CPU tensors). A damaged row (its bytes fail
+        their CRC, or its index line points outside the shard or at the wrong size) is dropped from
+        the index with a warning and `KeyError` is raised: the caller encodes it again."""
         loc = self.index[key]
-        buf = self._map(loc.data, loc.end)[loc.offset:loc.end]
-        ids = torch.from_numpy(np.array(buf[:4 * loc.n_ids])).view(torch.int32).long()
-        audio = torch.from_numpy(np.array(buf[4 * loc.n_ids:])).view(_DTYPES[loc.dtype]).reshape(loc.frames, loc.width)
+        try:
+            buf = np.array(self._map(loc.data, loc.end)[loc.offset:loc.end])
+            if len(buf) != loc.end - loc.offset or loc.offset < 0:
+                raise ValueError(f"the index line points at bytes {loc.offset}..{loc.end}, past the shard's end")
+            if loc.crc is not None and zlib.crc32(buf) != loc.crc:
+                raise ValueError("its bytes fail their checksum (altered on disk)")
+            ids = torch.from_numpy(buf[:4 * loc.n_ids]).view(torch.int32).long()
+            audio = torch.from_numpy(buf[4 * loc.n_ids:]).view(_DTYPES[loc.dtype]).reshape(loc.frames, loc.width)
+        except (ValueError, IndexError, RuntimeError, KeyError, OSError) as e:
+            del self.index[key]
+            log.warning("encoder cache %s: the row of %s in %s is damaged (%s): dropped, it is encoded again",
+                        self.folder, key[0] if key else key, loc.data.name, e)
+            raise KeyError(key) from None
         return PromptRow(ids, audio)
 
     def _map(self, data: Path, end: int) -> np.memmap:
@@ -151,10 +177,20 @@ class ShardStore:
         if self._writer is None or (self._writer.size and self._writer.size + len(payload) > self.shard_bytes):
             self._next_shard()
         offset = self._writer.size
+        crc = zlib.crc32(payload)
         line = json.dumps({"key": list(key), "offset": offset, "ids": ids.numel(), "frames": audio.shape[0],
-                           "width": audio.shape[1], "dtype": dtype})
-        self._writer.write(payload, line)
-        self.index[key] = Location(self._writer.data_path, offset, ids.numel(), audio.shape[0], audio.shape[1], dtype)
+                           "width": audio.shape[1], "dtype": dtype, "crc": crc})
+        try:
+            self._writer.write(payload, line)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            raise OSError(e.errno, f"encoder cache {self.folder}: no space left on the device writing "
+                                   f"{self._writer.data_path.name}; free space there, move the cache "
+                                   "(model.encoder_cache=DIR) or keep the states in RAM only "
+                                   "(model.encoder_cache=null)") from None
+        self.index[key] = Location(self._writer.data_path, offset, ids.numel(), audio.shape[0], audio.shape[1], dtype,
+                                   crc)
 
     def _next_shard(self) -> None:
         if self._writer is not None:
@@ -218,8 +254,9 @@ def _parse(line: bytes, data: Path) -> _Line | None:
         return None
     try:
         d = json.loads(line)
+        crc = d.get("crc")
         return _Line(tuple(d["key"]), Location(data, int(d["offset"]), int(d["ids"]), int(d["frames"]),
-                                               int(d["width"]), str(d["dtype"])))
+                                               int(d["width"]), str(d["dtype"]), None if crc is None else int(crc)))
     except (ValueError, KeyError, TypeError):
         return None
 

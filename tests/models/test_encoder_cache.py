@@ -294,3 +294,51 @@ def test_sft_then_grpo_on_one_folder_runs_no_encoder_pass_for_what_sft_cached(wh
                                                "max_new_tokens=4", "micro_train_batch_size=4",
                                                "rollout.dynamic_filtering=false"]))
     assert seen == []  # every utterance came from SFT's shards
+
+
+def test_altered_states_or_a_garbage_offset_are_dropped_by_name_and_encoded_again(frozen, tiny_corpus, tmp_path,
+                                                                                  caplog):
+    """A cache folder whose rows were altered on disk: each damaged row is named (its shard), dropped
+    and encoded again; the states the policy gets are a fresh pass's."""
+    import numpy as np
+
+    from asr_rl.data.batching import load_batch
+
+    batch = load_batch(read_manifest(tiny_corpus / "train.jsonl")[:4])
+    frozen.encoder_cache = EncoderCache("fp", folder=tmp_path / "c")
+    fresh = frozen.encode_batch(batch)
+    frozen.encoder_cache.close()
+    (data,) = (tmp_path / "c").glob("*.bin")
+    idx = data.with_suffix(".idx")
+    lines = [json.loads(x) for x in idx.read_text().splitlines()]
+    raw = bytearray(data.read_bytes())  # row 0: its states replaced by finite random numbers
+    start = lines[0]["offset"] + 4 * lines[0]["ids"]
+    end = lines[1]["offset"]
+    raw[start:end] = np.random.default_rng(0).standard_normal((end - start) // 4).astype(np.float32).tobytes()
+    data.write_bytes(bytes(raw))
+    lines[2]["offset"] = 10 ** 9  # row 2: an edited offset, past the shard's end
+    idx.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    frozen.encoder_cache = EncoderCache("fp", folder=tmp_path / "c")
+    again = frozen.encode_batch(batch)
+    # fresh states again (the re-encoded rows in a smaller batch: fp32 noise), never the altered ones
+    assert all(torch.equal(a.ids, b.ids) and torch.allclose(a.audio, b.audio, atol=1e-4) for a, b in zip(again, fresh))
+    damaged = [r.message for r in caplog.records if "is damaged" in r.message]
+    assert len(damaged) == 1 and data.name in damaged[0] and "fail their checksum" in damaged[0]
+    assert f"{idx.name} line(s) 3 point where no row is: skipped" in caplog.text
+    assert "torn tail" not in caplog.text  # row 4, after the bad line, is kept: nothing is cut off
+    assert len([x for x in idx.read_text().splitlines()]) == 4 + 2  # the two rows encoded again, appended
+
+
+def test_a_full_disk_names_the_cache_folder_and_the_setting(tmp_path, monkeypatch):
+    import errno
+
+    from asr_rl.models import cache_shards
+
+    cache = EncoderCache("fp", folder=tmp_path / "c")
+
+    def full(self, payload, line):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_shards._Writer, "write", full)  # the fault, injected from outside
+    with pytest.raises(OSError, match=rf"encoder cache {tmp_path / 'c'}: no space left .*model.encoder_cache=null"):
+        cache.update(_rows(1))
