@@ -46,6 +46,8 @@ def _data_check(args: argparse.Namespace) -> int:
     found = scan.problems + (preference_problems(scan.utterances, kind) if kind else [])
     if args.deep:  # decode every file: what only the samples show (NaN or inf, data cut short)
         found += sample_problems(scan.utterances)
+    elif not args.no_audio:
+        print("samples:    not decoded: NaN or inf samples and files cut short show only with --deep")
     bad = sorted(found, key=lambda p: p.line)
     problems = [(p.at(scan.path), p.message) for p in bad]
     if args.model:
@@ -55,6 +57,7 @@ def _data_check(args: argparse.Namespace) -> int:
         tokenizer = ResponseCodec.from_pretrained(args.model).tokenizer
         problems += [(where, f"characters the model ({args.model}) cannot write: {' '.join(chars)}")
                      for where, chars in unwritable_chars(tokenizer, written_texts(scan.utterances))]
+        problems += _prompt_problems(args.model, tokenizer, scan)
     print(f"bad lines:  {len(problems)}")
     for where, message in problems:
         print(f"  {where}: {message}")
@@ -62,6 +65,20 @@ def _data_check(args: argparse.Namespace) -> int:
         print(f"  {scan.path}: the manifest holds no utterances")
         return 1
     return 1 if problems else 0
+
+
+def _prompt_problems(model: str, tokenizer, scan) -> list[tuple[str, str]]:
+    """What training and eval refuse before any model runs: a context list the prompt cannot hold
+    (with room for the longest audio and eval's 96 new tokens), as (where, message)."""
+    from asr_rl.models.loading import prompt_limit
+    from asr_rl.models.tokenizer import require_prompts_fit
+
+    try:
+        require_prompts_fit(scan.utterances, tokenizer, prompt_limit(model), 96, f"the model {model}")
+    except ValueError as e:
+        where, _, message = str(e).partition(": ")[2].partition(": ")
+        return [(where, message)]
+    return []
 
 
 def _check_text_pairs(path: str) -> int:

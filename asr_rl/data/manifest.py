@@ -23,6 +23,8 @@ audio reference (data/audio_refs.py) that `load_audio` opens.
 """
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import json
 import logging
@@ -117,10 +119,42 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
         raise FileNotFoundError(f"manifest {path} does not exist")
     fmt, why = choose_reader(path, options.format)
     log.info("%s: read as %s (%s)", path, fmt, why)
-    rows = READERS.get(fmt)(path, options)
+    with _reading(path, fmt, why):
+        rows = READERS.get(fmt)(path, options)
     check = _RowCheck(rows.base, {**_IDENTITY, **rows.columns}, check_audio, min_duration, max_duration,
                       text_needed_by, options.language, trust_durations)
     scan = ManifestScan(path=path, format=fmt, format_reason=why, utterances=UtteranceTable())
+    with _reading(path, fmt, why):
+        _scan_rows(path, rows, check, scan)
+    return scan
+
+
+@contextlib.contextmanager
+def _reading(path: Path, fmt: str, why: str):
+    """A file the reader cannot read at all (a truncated Arrow file, bytes that are not the format
+    chosen) is a ValueError naming the file, the format and the format that would read it."""
+    try:
+        yield
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise ValueError(_unreadable(path, fmt, why, e)) from None
+    except Exception as e:
+        if type(e).__module__.split(".")[0] != "pyarrow":
+            raise
+        raise ValueError(_unreadable(path, fmt, why, e)) from None
+
+
+def _unreadable(path: Path, fmt: str, why: str, e: Exception) -> str:
+    msg = f"{path} could not be read as {fmt} ({why}): {type(e).__name__}: {e}"
+    try:
+        other, other_why = choose_reader(path, "auto")
+    except ValueError:
+        other = None
+    if other and other != fmt:
+        return f"{msg}. It looks like {other} ({other_why}): set data.format={other} (or auto)"
+    return f"{msg}. The file may be cut short or damaged (copy it again), or not {fmt} at all (data.format=)"
+
+
+def _scan_rows(path: Path, rows, check, scan: ManifestScan) -> None:
     seen: dict[str, int | str] = {}  # id -> where it first was: its line, or its `where`
     for raw in rows.rows:
         try:
@@ -139,7 +173,6 @@ def scan_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_dura
         scan.utterances.append(utt)
         if notes:
             scan.notes.extend(Problem(raw.line, n, raw.where) for n in notes)
-    return scan
 
 
 def read_manifest(path: str | os.PathLike, *, check_audio: bool = True, min_duration: float = 0.0,
@@ -313,6 +346,9 @@ def _check_duration(row: dict, audio_path: str, check: _RowCheck, name: str) -> 
     duration, min_duration, max_duration = row.get("duration"), check.min_duration, check.max_duration
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))):
         raise _LineError(f"`{name}` must be a number of seconds, got {duration!r}")
+    if duration is not None and duration <= 0:  # the line's own field, whatever the file's header says
+        raise _LineError(f"`{name}` is {duration!r}: a duration is a positive number of seconds; correct it, or drop "
+                         "the field and the audio file's header gives it")
     if check.check_audio and not (check.trust_durations and duration is not None):
         try:
             info = audio_info(audio_path)

@@ -303,3 +303,41 @@ def test_a_manifest_of_references_written_back_reads_again(corpus, tmp_path):
     back = write_manifest(tmp_path / "out" / "back.jsonl", [manifest_row(u) for u in utts])
     assert_same(read_manifest(back), read_manifest(corpus))
     assert json.loads(back.read_text().splitlines()[0])["audio"] == utts[0].audio
+
+
+# ------------------------------------------------------------------------ files that cannot be read (issue 47)
+def test_a_truncated_or_misnamed_file_names_itself_the_format_and_the_one_that_reads_it(corpus, capsys):
+    ds = hf_dataset(corpus, as_bytes=True)
+    parquet = corpus.parent / "train.parquet"
+    ds.to_parquet(str(parquet))
+    data = parquet.read_bytes()
+    cut = corpus.parent / "cut.parquet"
+    cut.write_bytes(data[: len(data) // 2])  # a copy that stopped half way
+    with pytest.raises(ValueError, match=rf"{cut} could not be read as datasets .*cut short or damaged"):
+        read_manifest(cut)
+    # a format that is not the file's: the message says which would read it
+    with pytest.raises(ValueError, match=rf"{parquet} could not be read as jsonl .*It looks like datasets .*"
+                                         r"set data.format=datasets"):
+        read_manifest(parquet, options=ReadOptions(format="jsonl"))
+    with pytest.raises(ValueError, match=rf"{corpus} could not be read as datasets .*It looks like jsonl"):
+        read_manifest(corpus, options=ReadOptions(format="datasets"))
+    assert main(["data", "check", "--manifest", str(parquet), "--format", "jsonl"]) == 2
+    assert "set data.format=datasets" in capsys.readouterr().err
+
+
+def test_a_negative_nemo_duration_is_named_the_same_by_data_check_and_training(corpus, capsys):
+    rows = [{"audio_filepath": f"wavs/{uid}.wav", "text": text, "duration": -1 if uid == "u1" else sec, "id": uid,
+             "lang": lang} for uid, sec, _, text, lang, _ in ROWS]
+    nemo = write_nemo(corpus, rows)
+    assert main(["data", "check", "--manifest", str(nemo)]) == 1
+    out = capsys.readouterr().out
+    assert f"{nemo}:2: `duration` is -1: a duration is a positive number of seconds" in out
+    with pytest.raises(ManifestError, match="`duration` is -1"):  # training trusts the field: the same words
+        read_manifest(nemo, trust_durations=True)
+
+
+def test_a_column_setting_on_a_kaldi_folder_is_refused_not_ignored(corpus):
+    folder = write_kaldi(corpus)
+    with pytest.raises(ValueError, match=r"data.text_column=sentence does not apply to the Kaldi folder .*drop the "
+                                         "setting"):
+        read_manifest(folder, options=ReadOptions(text_column="sentence"))

@@ -59,6 +59,11 @@ def _detect(path: Path) -> str | None:
 def read_kaldi(path: Path, options: ReadOptions) -> Rows:
     if not (path / "wav.scp").is_file():
         raise ValueError(f"{path} holds no wav.scp: a Kaldi/WeNet data folder lists its audio there")
+    named = sorted(options.changed())
+    if named:  # a column setting has nothing to choose in a Kaldi folder: refused, not ignored
+        keys = ", ".join(f"data.{f}_column={options.mapped()[f]}" for f in named)
+        raise ValueError(f"{keys} does not apply to the Kaldi folder {path}: its files say what each field is "
+                         "(wav.scp the audio, text the transcripts, utt2spk, utt2lang, utt2dur); drop the setting")
     tables = {"wav.scp": _read_table(path / "wav.scp", keep_lines=True)}
     shared = {k: k for k in tables["wav.scp"].entries}  # each utterance's id held once, not once per file
     for name in ("text", "utt2spk", "utt2lang", "utt2dur"):
