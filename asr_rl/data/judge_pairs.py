@@ -47,13 +47,18 @@ def read_domain_text(path: str | os.PathLike) -> list[DomainText]:
         raise FileNotFoundError(f"domain text {path} does not exist")
     if path.suffix != ".jsonl":
         return [DomainText(t.strip()) for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
-    out = []
+    out, lines = [], 0
     for lineno, row, why in json_lines(path):
         if row is None:
             raise ValueError(f"{path}:{lineno}: {why}")
+        lines += 1
         text = row.get("text")
         if isinstance(text, str) and text.strip():
             out.append(DomainText(text.strip(), tuple(row.get("context") or ())))
+    if lines and not out:
+        raise ValueError(f"{path}: none of its {lines} lines has a `text` (unlabelled audio?): judge pairs are made "
+                         "from the domain's sentences; give a manifest with transcripts or a text file, one sentence "
+                         "a line")
     return out
 
 
@@ -94,7 +99,7 @@ def make_judge_pairs(sentences: list[DomainText], per_sentence: int = 4, seed: i
     """`{prompt, chosen, rejected, corruption}` rows, `per_sentence` a sentence (the corruption kinds
     taken in turn), as `asr-rl train rm` reads them. Seeded: the same input and seed, the same rows."""
     if not sentences:
-        raise ValueError("no sentences to make judge pairs from")
+        raise ValueError("no sentences to make judge pairs from: the domain text is empty")
     vocabulary = sorted({u for s in sentences for u in _units(s.text)[0]})
     rng = np.random.default_rng(seed)
     rows = []

@@ -132,3 +132,14 @@ def test_grpo_trains_on_unlabelled_audio_under_a_served_judge(judge, tiny_model,
     assert any(not torch.equal(before[n], after[n]) for n in before if "language_model.layers" in n)
     rows = read_metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2] and rows[-1]["reward/std"] > 0  # the judge told samples apart
+
+
+def test_judge_pairs_from_a_pool_without_transcripts_names_the_file_and_why(tmp_path, capsys):
+    from asr_rl.cli import main
+
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"id": "a", "audio": "a.wav"}\n{"id": "b", "audio": "b.wav"}\n')
+    assert main(["data", "judge-pairs", "--text", str(pool), "--out", str(tmp_path / "p.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert f"{pool}: none of its 2 lines has a `text` (unlabelled audio?)" in err and "one sentence a line" in err
+    assert not (tmp_path / "p.jsonl").exists()
