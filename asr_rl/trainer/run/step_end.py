@@ -65,6 +65,7 @@ class StepEnd:
         self.cfg, self.logger, self.postfix = cfg, logger, postfix
         self.early, self.save_best, self.decay_now, self.decaying = early_stopping, save_best, decay_now, decaying
         self.step = first_step
+        self.cap_decay_end: int | None = None  # where a decay the time cap began ends (WSD: the run ends there)
         self.ends: deque[float] = deque([time.perf_counter()], maxlen=1001)  # recent step ends: the pace
         # a resumed run's clock goes on from its checkpoint: `max_minutes` and the logged time axis
         # (asr-rl report, the RL-vs-SFT comparisons by minute) count the whole run
@@ -86,7 +87,12 @@ class StepEnd:
         out_of_time = 0 < self.cfg.max_minutes <= metrics["time/elapsed_min"]
         # the step an early-stopping decay ends at is evaluated and checkpointed (the run may end there)
         decay_over = self.early is not None and step == self.early.decay_end
-        last = step >= self.cfg.max_steps or out_of_time
+        cap_decay_over = self.early is None and self.cap_decay_end is not None and step >= self.cap_decay_end
+        if cap_decay_over and not out_of_time:
+            log.info("the decay the time cap began ended at step %d with %.1f min of max_minutes left: the run ends "
+                     "here (more steps at the floor rate would add little)", step,
+                     self.cfg.max_minutes - metrics["time/elapsed_min"])
+        last = step >= self.cfg.max_steps or out_of_time or cap_decay_over
         save_due = last or decay_over or due(self.cfg.save_steps, step)
         if save_due and self.early is None:
             save()  # before the evaluation: a failing evaluation cannot lose the step's update
@@ -120,11 +126,22 @@ class StepEnd:
         left = 60 * (self.cfg.max_minutes - metrics["time/elapsed_min"])
         if left > n * pace:
             return
-        n = max(1, min(n, self.cfg.max_steps - step))
+        planned, fits = n, max(1, int(left / pace)) if pace > 0 else n
+        if fits >= 0.9 * n:  # the time left is (about) what the decay takes: the check's own step of slack
+            fits = n
+        n = max(1, min(n, fits, self.cfg.max_steps - step))
         if self.early is not None:
             self.early.begin_decay(step, n)
+        else:
+            self.cap_decay_end = step + n
         self.decay_now(n)
         metrics["schedule/decay_for_time_cap"] = step
+        if n < planned:  # the cap leaves less than the planned decay: the shorter decay it can still give
+            log.warning("max_minutes %g: %.1f min left hold %d steps at %.2f s a step, fewer than the %d-step decay "
+                        "planned: decaying the rate over %d steps from step %d (the time cap shortened the decay; "
+                        "raise max_minutes or lower max_steps for the planned one)", self.cfg.max_minutes, left / 60,
+                        fits, pace, planned, n, step)
+            return
         log.info("max_minutes %g: %.1f min left, what the %d-step decay takes at %.2f s a step: decaying the rate "
                  "from step %d, earlier than planned (the time cap changed the schedule)", self.cfg.max_minutes,
                  left / 60, n, pace, step)

@@ -168,3 +168,41 @@ def test_a_time_cap_starts_the_decay_in_time_for_it_to_finish_on_a_slow_host(cap
     assert 10 <= began <= 25 and step >= early.decay_end - 1  # the decay ran to its end (one step of timing slack)
     assert any("the time cap changed the schedule" in r.getMessage() for r in caplog.records)
     assert early.done(early.decay_end)
+
+
+def _wsd_run(max_minutes: float, step_seconds: float, caplog, decaying_seconds: float | None = None):
+    """A WSD run of 1000 steps (decay: its last 10%, 100 steps) under a time cap, `step_seconds` a step
+    (`decaying_seconds` once the decay has begun)."""
+    import logging
+    import time
+
+    cfg = load_config(RunConfig, None, ["logging.progress_bar=false", "max_steps=1000",
+                                        f"max_minutes={max_minutes}", "save_steps=0", "eval_steps=0"])
+    object.__setattr__(cfg, "optim", type("O", (), {"lr_scheduler": "warmup_stable_decay", "lr_decay_ratio": 0.1})())
+    decays = []
+    end = StepEnd(cfg, _Logger(), 0, "test", decay_now=decays.append, decaying=lambda: bool(decays))
+    step, stopped = 0, False
+    with caplog.at_level(logging.INFO, logger="asr_rl.train"):
+        while not stopped:
+            start = time.perf_counter()
+            time.sleep(decaying_seconds if decays and decaying_seconds is not None else step_seconds)
+            step += 1
+            stopped = end(step, {"loss": 1.0}, start, lambda: None)
+    return decays, step, end
+
+
+def test_a_decay_the_cap_cannot_hold_is_shortened_to_what_it_can_and_said(caplog):
+    # 0.6 s in all at 0.02 s a step: ~30 steps, far fewer than the 100-step decay
+    decays, step, end = _wsd_run(0.01, 0.02, caplog)
+    assert len(decays) == 1 and decays[0] < 100 and decays[0] <= 30
+    assert any("the time cap shortened the decay" in r.getMessage() for r in caplog.records)
+    assert step <= end.cap_decay_end + 1  # it ran to (about) the shortened decay's end, not past it at the floor
+
+
+def test_the_run_ends_when_the_decay_the_cap_began_is_over(caplog):
+    """The decay began for the cap ends early (the pace sped up): the run ends there, saying so,
+    rather than going on at the floor rate until the cap."""
+    # 3 s; 0.02 s a step until the decay begins (planned for 2 s), then 0.005: it ends 1.5 s early
+    decays, step, end = _wsd_run(0.05, 0.02, caplog, decaying_seconds=0.005)
+    assert decays == [100] and step == end.cap_decay_end
+    assert any("the run ends here" in r.getMessage() for r in caplog.records)
