@@ -100,7 +100,50 @@ def _source(path, ref):
     return str(file)
 
 
+_PCM_TAGS = {1, 3, 0xFFFE}  # WAVE_FORMAT_PCM, _IEEE_FLOAT, _EXTENSIBLE: frames = data bytes / block align
+
+
+@dataclass(frozen=True)
+class _WavHeader:
+    samplerate: int
+    channels: int
+    frames: int
+
+
+def wav_header(path: str) -> _WavHeader | None:
+    """The header of a plain PCM/float RIFF WAV file, read with `struct` (~10 us; soundfile's
+    `sf.info` takes ~50: a 300k-line manifest without durations opens every header); None for
+    anything else or anything unusual (another codec, a data chunk that claims more bytes than the
+    file holds, a header past the first 4 KiB), which `sf.info` then reads."""
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(4096)
+        size = os.fstat(f.fileno()).st_size
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    pos, fmt = 12, None
+    while pos + 8 <= len(head):
+        chunk, n = head[pos:pos + 4], struct.unpack_from("<I", head, pos + 4)[0]
+        if chunk == b"fmt " and pos + 24 <= len(head):
+            tag, channels, rate, _, align = struct.unpack_from("<HHIIH", head, pos + 8)
+            fmt = (tag, channels, rate, align)
+        elif chunk == b"data":
+            if fmt is None or fmt[0] not in _PCM_TAGS or not fmt[3] or not fmt[1] or pos + 8 + n > size:
+                return None
+            return _WavHeader(fmt[2], fmt[1], n // fmt[3])
+        pos += 8 + n + (n & 1)
+    return None
+
+
 def _header(source, path, ref):
+    if isinstance(source, str) and source[-4:].lower() == ".wav":
+        try:
+            info = wav_header(source)
+        except OSError:
+            info = None
+        if info is not None:
+            return info
     try:
         return sf.info(source)
     except (sf.LibsndfileError, RuntimeError) as e:

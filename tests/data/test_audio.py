@@ -69,3 +69,24 @@ def test_a_batch_names_the_manifest_line_of_non_finite_audio(tmp_path):
         load_batch(utts)
     with pytest.raises(AudioError, match=r"m\.jsonl:2: "):
         lazy_batch(utts).waveforms[1]
+
+
+@pytest.mark.parametrize("subtype, channels, rate", [("PCM_16", 1, 16000), ("PCM_24", 2, 44100), ("FLOAT", 1, 8000),
+                                                     ("PCM_U8", 1, 16000), ("ULAW", 1, 8000)])
+def test_the_fast_wav_header_reads_what_soundfile_reads(tmp_path, subtype, channels, rate):
+    import soundfile as sf
+
+    from asr_rl.data.audio import audio_info, wav_header
+
+    path = tmp_path / "x.wav"
+    sf.write(path, np.zeros((rate // 3 + 1, channels), dtype=np.float32), rate, subtype=subtype)
+    ref = sf.info(str(path))
+    info = audio_info(path)
+    assert (info.sample_rate, info.channels, info.frames) == (ref.samplerate, ref.channels, ref.frames)
+    fast = wav_header(str(path))
+    assert (fast is None) == (subtype == "ULAW")  # another codec: soundfile reads it
+    # a data chunk claiming more than the file holds (a copy cut short): soundfile's word is taken
+    data = path.read_bytes()
+    (tmp_path / "cut.wav").write_bytes(data[: len(data) - 100])
+    assert wav_header(str(tmp_path / "cut.wav")) is None
+    assert audio_info(tmp_path / "cut.wav").frames == sf.info(str(tmp_path / "cut.wav")).frames
