@@ -34,7 +34,8 @@ class CachePlan:
         folder: `model.encoder_cache` (None: RAM only).
         utterances, variants: the manifest's utterances, and rows per utterance.
         draws: the most utterances the run draws (None: no bound known).
-        disk_bytes: the bytes of the rows the run can write: every row, or as many as it draws.
+        disk_bytes: the bytes of the rows the run can write: every row, or as many as it draws, and
+            the dev set's.
         stored_bytes: what the folder holds already (rows of an earlier run).
         max_bytes: the RAM bound (`model.encoder_cache_max_gib`).
     """
@@ -46,6 +47,7 @@ class CachePlan:
     disk_bytes: int
     stored_bytes: int
     max_bytes: int
+    eval_utterances: int = 0  # the dev rows evaluation writes too (in disk_bytes)
 
     @property
     def ram_bytes(self) -> int:
@@ -62,6 +64,8 @@ class CachePlan:
         rows = f"{self.utterances} utterances x {self.variants} variants"
         if self.rows < self.utterances * self.variants:
             rows += f", of which the run draws at most {self.rows}"
+        if self.eval_utterances:
+            rows += f", and {self.eval_utterances} evaluated"
         ram = f"RAM {size(self.ram_bytes)} (bound model.encoder_cache_max_gib={self.max_bytes / 2**30:g})"
         if self.folder is None:
             return f"encoder cache in RAM only: about {size(self.disk_bytes)} for {rows}; {ram}, rows past it are encoded again"
@@ -75,9 +79,10 @@ def size(n: int) -> str:
 
 
 def plan_encoder_cache(pretrain: str | os.PathLike, model_cfg, utts: list, augment, sample_rate: int,
-                       draws: int | None = None) -> CachePlan:
+                       draws: int | None = None, eval_utts: list = ()) -> CachePlan:
     """The cache size for `utts` (manifest rows) encoded by the model in `pretrain`, with the
-    run's `model` and `augment` settings, for a run that draws at most `draws` utterances."""
+    run's `model` and `augment` settings, for a run that draws at most `draws` utterances, plus the
+    rows of `eval_utts` (the dev set the run evaluates: clean audio, one row each)."""
     from asr_rl.models.families import spec_for
     from asr_rl.models.weights import read_model_config
 
@@ -89,18 +94,22 @@ def plan_encoder_cache(pretrain: str | os.PathLike, model_cfg, utts: list, augme
               for s in (1.0, 5.0)]
     per_second = (shapes[1][0] - shapes[0][0]) / 4.0
     empty, text_tokens = shapes[0][0] - per_second, shapes[0][1]
-    durations = durations_of(utts)  # the index's: no row decoded (a packed table's column)
-    known = durations[durations > 0]
-    mean = float(known.mean()) if len(known) else 30.0
-    frames = float(np.sum(empty + per_second * np.where(durations > 0, durations, mean)))
     elem = 2 if model_cfg.dtype == "bfloat16" else 4
-    one_pass = frames * (spec.encoder_width(config) * elem + 4) + len(utts) * (4 * text_tokens + INDEX_LINE_BYTES)
+
+    def pass_bytes(rows) -> float:  # one row of each utterance of `rows`
+        durations = durations_of(rows)  # the index's: no row decoded (a packed table's column)
+        known = durations[durations > 0]
+        mean = float(known.mean()) if len(known) else 30.0
+        frames = float(np.sum(empty + per_second * np.where(durations > 0, durations, mean)))
+        return frames * (spec.encoder_width(config) * elem + 4) + len(rows) * (4 * text_tokens + INDEX_LINE_BYTES)
+
     variants = _rows_per_utterance(augment)
     folder = Path(model_cfg.encoder_cache) if model_cfg.encoder_cache else None
     stored = sum(p.stat().st_size for p in folder.glob("*.bin")) if folder is not None and folder.is_dir() else 0
     share = 1.0 if draws is None else min(1.0, draws / max(1, len(utts) * variants))
-    return CachePlan(folder, len(utts), variants, draws, int(one_pass * variants * share), stored,
-                     int(model_cfg.encoder_cache_max_gib * 2**30))
+    disk = pass_bytes(utts) * variants * share + (pass_bytes(eval_utts) if len(eval_utts) else 0.0)
+    return CachePlan(folder, len(utts), variants, draws, int(disk), stored, int(model_cfg.encoder_cache_max_gib * 2**30),
+                     len(eval_utts))
 
 
 def _prompt_shape(spec, processor, config, language, force_language: bool, sample_rate: int,
@@ -140,9 +149,16 @@ def check_encoder_cache(plan: CachePlan) -> None:
 
 
 def prepare_encoder_cache(pretrain, model_cfg, utts: list, augment, sample_rate: int,
-                          draws: int | None = None) -> CachePlan:
-    """`plan_encoder_cache`, checked against the disk and logged: before the first step."""
-    plan = plan_encoder_cache(pretrain, model_cfg, utts, augment, sample_rate, draws)
+                          draws: int | None = None, eval_manifest: str | None = None, eval_max: int = 0) -> CachePlan:
+    """`plan_encoder_cache`, with the first `eval_max` (0: all) lines of `eval_manifest`, checked
+    against the disk and logged: before the first step."""
+    eval_utts: list = []
+    if eval_manifest:
+        from asr_rl.data.manifest import scan_manifest
+
+        eval_utts = scan_manifest(eval_manifest, check_audio=False, text_needed_by=None).utterances
+        eval_utts = eval_utts[:eval_max] if eval_max else eval_utts
+    plan = plan_encoder_cache(pretrain, model_cfg, utts, augment, sample_rate, draws, eval_utts)
     check_encoder_cache(plan)
     return plan
 

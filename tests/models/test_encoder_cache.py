@@ -274,6 +274,14 @@ def test_a_run_that_draws_fewer_rows_than_the_corpus_holds_plans_only_those(whis
     assert whole.rows == 24 and short.rows == 6 and short.disk_bytes == pytest.approx(whole.disk_bytes / 4, abs=1)
     assert "of which the run draws at most 6" in short.describe()
     assert cache_plan.plan_encoder_cache(whisper_model, cfg.model, utts, cfg.augment, 16000, draws=100).rows == 24
+    # the dev rows evaluation writes are in the plan: one clean row each, as a pass over the same lines costs
+    dev = read_manifest(tiny_corpus / "dev.jsonl")
+    with_dev = cache_plan.prepare_encoder_cache(whisper_model, cfg.model, utts, cfg.augment, 16000,
+                                                eval_manifest=str(tiny_corpus / "dev.jsonl"))
+    clean = load_sft_config(None, [f"model.encoder_cache={tmp_path / 'c'}", "augment.noise_prob=0"])
+    dev_alone = cache_plan.plan_encoder_cache(whisper_model, clean.model, dev, clean.augment, 16000)
+    assert with_dev.disk_bytes == pytest.approx(whole.disk_bytes + dev_alone.disk_bytes, abs=16)  # int() of each
+    assert f"and {len(dev)} evaluated" in with_dev.describe()
 
 
 def test_sft_then_grpo_on_one_folder_runs_no_encoder_pass_for_what_sft_cached(whisper_model, tiny_corpus, tmp_path,

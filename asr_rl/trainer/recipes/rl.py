@@ -66,7 +66,8 @@ def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
                              decode_workers=cfg.data.decode_workers,
                              sampler=datasets_sampler(cfg, sizes))
         cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate,
-                                      draws=cfg.max_steps * cfg.rollout.rollout_batch_size)
+                                      draws=cfg.max_steps * cfg.rollout.rollout_batch_size,
+                                      eval_manifest=cfg.eval_manifest, eval_max=cfg.eval.eval_max_samples)
         workers = build_backend(cfg, ctx, algo)  # starts Ray first when backend=ray
         workers.report_memory(longest_prompt(utts), ctx.device, cache.ram_bytes)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval, cfg.data)) if cfg.eval_manifest else None

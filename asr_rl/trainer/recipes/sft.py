@@ -115,7 +115,8 @@ def train_sft(cfg: SFTConfig):
                              augmenter=VariantAugmenter(augment, cfg.seed), decode_workers=cfg.data.decode_workers)
         if policy.encoder_frozen:  # its size in the log, and a stop now when its disk is not there
             prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate,
-                                  draws=cfg.max_steps * cfg.train_batch_size)
+                                  draws=cfg.max_steps * cfg.train_batch_size, eval_manifest=cfg.eval_manifest,
+                                  eval_max=cfg.eval.eval_max_samples)
         step, state = 0, None
         if ctx.resume_from is not None:
             step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
