@@ -143,8 +143,12 @@ class RemoteReward:
         rewards = [r for a in answers for r in a["rewards"]]
         all_scores = [a["scores"] for a in answers]
         scores = None if any(s is None for s in all_scores) else [s for part in all_scores for s in part]
-        return RewardOutput(rewards=rewards, scores=scores, terms={},
-                            extra_logs=_mean_logs(answers, [b - a for a, b, _ in parts]))
+        # per-sample terms (our servers send them) are logged as a local reward's; the request means
+        # of the same terms are then left out of the extra logs
+        names = set.intersection(*[set(a["terms"]) for a in answers])
+        terms = {k: [v for a in answers for v in a["terms"][k]] for k in sorted(names)}
+        logs = {k: v for k, v in _mean_logs(answers, [b - a for a, b, _ in parts]).items() if k not in terms}
+        return RewardOutput(rewards=rewards, scores=scores, terms=terms, extra_logs=logs)
 
     def _post(self, http: httpx.Client, url: str, samples: list[Sample], start: int) -> dict:
         """One chunk, with retries; returns the checked answer."""
@@ -203,9 +207,24 @@ def parse_answer(resp: httpx.Response, url: str, start: int, n: int) -> dict:
         raise RewardError(f"reward server {url} answered without 'rewards' for {_span(start, n)} (got {got})")
     scores = data.get("scores")
     logs = data.get("extra_logs")
+    terms = data.get("terms")
     return {"rewards": _numbers(data["rewards"], "rewards", url, start, n),
             "scores": None if scores is None else _numbers(scores, "scores", url, start, n),
-            "extra_logs": logs if isinstance(logs, dict) else {}}
+            "extra_logs": logs if isinstance(logs, dict) else {},
+            "terms": _terms(terms, url, start, n) if isinstance(terms, dict) else {}}
+
+
+def _terms(terms: dict, url: str, start: int, n: int) -> dict[str, list[float | None]]:
+    """The answer's per-sample terms (our extension): `n` finite numbers or nulls each."""
+    out = {}
+    for name, values in terms.items():
+        if not isinstance(values, list) or len(values) != n:
+            raise RewardError(f"reward server {url} answered term {name!r} for {_span(start, n)} with "
+                              f"{len(values) if isinstance(values, list) else type(values).__name__} values; expected {n}")
+        present = [v for v in values if v is not None]
+        _numbers(present, f"terms.{name}", url, start, len(present))
+        out[str(name)] = [None if v is None else float(v) for v in values]
+    return out
 
 
 def _mean_logs(answers: list[dict], sizes: list[int]) -> dict[str, float]:

@@ -9,6 +9,9 @@ Choices (DESIGN: "where it is silent, choose what an OpenRLHF user would expect"
   rewards do.
 - extra_logs: the mean of each term over the request (None values skipped) plus the reward's own
   `extra_logs`; non-finite values are left out, since JSON cannot carry them.
+- extension: `terms`, each term's value per sample (null where it does not apply): our client logs
+  the terms over the groups the step trains on, as a local reward's are (a request's means would
+  also count the groups dynamic filtering drops).
 - extension: our client also sends `"samples": [{Sample fields}]` (keywords as a list). When present,
   the `Sample`s are built from it exactly and the OpenRLHF lists are only checked for length. Without
   it, samples are rebuilt from the OpenRLHF fields (see `sample_from_query`), plus optional per-sample
@@ -203,14 +206,15 @@ def score(reward, samples: list[Sample]) -> dict:
         for i, s in enumerate(out.scores):
             if not _finite(s):
                 raise RewardError(f"reward {name!r} returned score {s!r} for sample {i}; scores must be finite")
-    logs = {}
+    logs, terms = {}, {}
     for term, values in out.terms.items():
         vals = [v for v in values if v is not None]
         if vals and all(_finite(v) for v in vals):
             logs[term] = sum(vals) / len(vals)
+            terms[term] = [None if v is None else float(v) for v in values]
     logs.update({k: float(v) for k, v in out.extra_logs.items() if _finite(v)})
     scores = out.rewards if out.scores is None else [float(s) for s in out.scores]
-    return {"rewards": out.rewards, "scores": scores, "extra_logs": logs}
+    return {"rewards": out.rewards, "scores": scores, "extra_logs": logs, "terms": terms}
 
 
 # ----------------------------------------------------------------------------- HTTP

@@ -100,8 +100,8 @@ def test_cer_reward_through_remote():
     # one deleted 'n' out of the 9 characters of "call anna"
     assert out.rewards == pytest.approx([1 - 1 / 9, 1.0])
     assert out.scores == pytest.approx([1 - 1 / 9, 1.0])  # no scores from the reward: rewards are sent
-    assert out.terms == {}
-    assert out.extra_logs == pytest.approx({"cer": (1 - 1 / 9 + 1.0) / 2})
+    # the terms per sample (our extension), as the local reward gives them; no request mean beside them
+    assert out.terms == {"cer": pytest.approx([1 - 1 / 9, 1.0])} and out.extra_logs == {}
 
 
 def test_samples_extension_rebuilds_samples_exactly():
@@ -345,3 +345,17 @@ def test_the_biasing_term_scores_the_same_remotely_with_the_context_as_a_label_f
         bad = httpx.post(url + "/get_reward", json={**body, "context": [["grace", 3], None, None]})
     assert rec.batches[0][1].context == ctx
     assert bad.status_code == 422 and "context[0] must be a list of strings or null" in bad.json()["error"]
+
+
+def test_terms_that_do_not_apply_everywhere_log_the_same_remotely_and_locally():
+    """A term that is None on some samples (unlabelled ones) and a batch split over two servers: the
+    client's per-sample terms equal the local reward's, so the loop's means over the groups it keeps
+    are the same (a request's mean would weigh the chunks by size and count filtered groups)."""
+    local = WeightedReward({"cer": 1.0, "repetition": 0.5})
+    samples = [Sample("call anna", "call anna", "en"), Sample("call bob call bob call bob", None, "en"),
+               Sample("call ana", "call anna", "en"), Sample("x", None, "en"), Sample("call", "call anna", "en")]
+    with running(create_app(local)) as a, running(create_app(local)) as b:
+        out = RemoteReward(f"{a},{b}", **FAST)(samples)
+    ref = local(samples)
+    assert out.terms == ref.terms and out.rewards == pytest.approx(ref.rewards)
+    assert ref.terms["cer"][1] is None and out.extra_logs == {}
