@@ -1,4 +1,4 @@
-"""`asr-rl` command line: parse, load config, call one function (README.md, "Commands").
+"""`asr-rl` command line: parse, load config, call one function (docs/commands.md).
 
 Heavy imports (torch, transformers, ray, ...) happen inside the command functions so that
 `asr-rl --help` and `asr-rl data check` start quickly.
@@ -176,11 +176,11 @@ def _add_model_commands(sub) -> None:
                       help="char: characters of --tokenizer-from's texts; qwen: Qwen's released byte-level BPE "
                            "(qwen3_asr, qwen2_audio, qwen2_5_omni), built offline. Default: qwen for tiny-real, "
                            "0.6b and 1.7b, char otherwise")
-    init.add_argument("--out", required=True)
-    init.add_argument("--seed", type=int, default=0)
+    init.add_argument("--out", required=True, help="the model folder to write")
+    init.add_argument("--seed", type=int, default=0, help="seeds the random weights")
     init.set_defaults(func=_model_init)
     info = model.add_parser("info", help="family, sizes, what is frozen by default, the prompt one utterance gets")
-    info.add_argument("path", metavar="DIR")
+    info.add_argument("path", metavar="DIR", help="a model folder")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=_model_info)
 
@@ -196,7 +196,7 @@ def _add_run_commands(sub) -> None:
 
     ev = sub.add_parser("eval", help="CER/WER, keyword recall, language accuracy per test set; --compare A B: "
                                      "paired bootstrap intervals and error breakdown")
-    ev.add_argument("--model", default=None)
+    ev.add_argument("--model", default=None, help="the model folder to decode with")
     ev.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
                     help="instead of --model: B against A, each a model folder (decoded) or an eval --output "
                          "folder (its hypotheses reused)")
@@ -218,21 +218,21 @@ def _add_run_commands(sub) -> None:
     ev.add_argument("--reward", default=None, help="--rerank: builtin:<terms>, a .py reward file, acoustic:DIR or "
                                                    "judge:DIR")
     ev.add_argument("--temperature", type=float, default=1.0, help="--rerank: sampling temperature")
-    ev.add_argument("--output", default=None)
-    ev.add_argument("--batch-size", type=int, default=16)
-    ev.add_argument("--num-beams", type=int, default=1)
-    ev.add_argument("--max-new-tokens", type=int, default=96)
-    ev.add_argument("--device", default="auto")
+    ev.add_argument("--output", default=None, help="write report.json, report.md and <set>.hyps.jsonl here")
+    ev.add_argument("--batch-size", type=int, default=16, help="utterances decoded together")
+    ev.add_argument("--num-beams", type=int, default=1, help="beam width (1: greedy)")
+    ev.add_argument("--max-new-tokens", type=int, default=96, help="longest transcript, in tokens")
+    ev.add_argument("--device", default="auto", help="cpu, cuda or auto")
     ev.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                     help="weights dtype (auto: as the checkpoint was saved)")
-    ev.add_argument("--quiet", action="store_true")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
     add_read_options(ev)  # test sets in any format READERS reads: --format, --text-column, --language, ...
     ev.set_defaults(func=_eval)
 
     rep = sub.add_parser("report", help="comparison table and plots from runs and evaluations")
     rep.add_argument("--runs", nargs="+", required=True,
                      help="training run folders (metrics.jsonl) and/or eval folders (report.json)")
-    rep.add_argument("--output", required=True)
+    rep.add_argument("--output", required=True, help="the folder for report.md, report.html and the plots")
     rep.set_defaults(func=_report)
 
 
@@ -243,7 +243,7 @@ def _add_reward_commands(sub) -> None:
                                                          "(a reward model trained on `data judge-pairs`), acoustic:DIR "
                                                          "(an acoustic scorer from `train scorer`) or PATH.py")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1 unless told otherwise)")
-    srv.add_argument("--port", type=int, default=5000)
+    srv.add_argument("--port", type=int, default=5000, help="the port to listen on")
     srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (or $ASR_RL_REWARD_TOKEN)")
     srv.set_defaults(func=_reward_serve)
 

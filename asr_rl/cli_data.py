@@ -170,15 +170,15 @@ def add_data_commands(sub) -> None:
                        help="accept lines without `text` (unlabelled audio, which RL takes) and count them")
     check.add_argument("--deep", action="store_true",
                        help="decode every audio file (slower): NaN or infinite samples, data cut short")
-    check.add_argument("--min-duration", type=float, default=0.0)
-    check.add_argument("--max-duration", type=float, default=30.0)
-    check.add_argument("--max-notes", type=int, default=10)
+    check.add_argument("--min-duration", type=float, default=0.0, help="lines shorter than this many seconds are bad")
+    check.add_argument("--max-duration", type=float, default=30.0, help="lines longer than this many seconds are bad")
+    check.add_argument("--max-notes", type=int, default=10, help="notes (not problems) printed at most")
     check.add_argument("--model", default=None, help="also report transcripts with characters this model's tokenizer "
                                                      "cannot write")
     check.set_defaults(func=_data_check)
 
     synth = data.add_parser("synth", help="synthesise the bilingual demo corpus offline (espeak-ng)")
-    synth.add_argument("--out", required=True)
+    synth.add_argument("--out", required=True, help="the corpus folder to write (reused when it holds this exact corpus)")
     synth.add_argument("--domain", choices=["source", "target"], default="source",
                        help="target: a domain to adapt to (held-out accents, new voices, a telephone channel): an "
                             "unlabelled pool (its transcripts aside), dev, test and a non-speech set")
@@ -187,30 +187,30 @@ def add_data_commands(sub) -> None:
                        help="target: the non-speech test clips (default 150); source: clips where nobody speaks "
                             "labelled \"\" added to train (default 0: the supervised control for silence)")
     synth.add_argument("--train", type=int, default=3000, help="source: training lines; target: the pool's size")
-    synth.add_argument("--test", type=int, default=200)
-    synth.add_argument("--seed", type=int, default=1)
-    synth.add_argument("--workers", type=int, default=None)
+    synth.add_argument("--test", type=int, default=200, help="lines per test set (and dev)")
+    synth.add_argument("--seed", type=int, default=1, help="seeds sentences, voices and noise")
+    synth.add_argument("--workers", type=int, default=None, help="synthesis processes (default: the CPU count)")
     synth.add_argument("--context-sizes", default="", help="e.g. 0,10,100: context lists (contextual biasing) on "
                                                           "training lines at these sizes, and a copy of each test "
                                                           "set per size > 0 (<set>_ctx<N>.jsonl)")
-    synth.add_argument("--quiet", action="store_true")
+    synth.add_argument("--quiet", action="store_true", help="no progress bar")
     synth.set_defaults(func=_data_synth)
 
     pairs = data.add_parser("pairs", help="DPO/KTO preference pairs from a model's own N-best lists, scored by "
                                           "the reward")
     pairs.add_argument("--model", required=True, help="the audio-LLM that samples (e.g. an SFT run's final)")
-    pairs.add_argument("--manifest", required=True)
+    pairs.add_argument("--manifest", required=True, help="the labelled utterances to sample N-best lists for")
     pairs.add_argument("--out", required=True, help="the pair file (JSONL) to write")
     pairs.add_argument("--n", type=at_least(2, "a pair compares two hypotheses of one utterance"), default=8,
                        help="hypotheses sampled per utterance (at least 2)")
-    pairs.add_argument("--temperature", type=float, default=1.0)
-    pairs.add_argument("--max-new-tokens", type=int, default=96)
-    pairs.add_argument("--mode", choices=["best_worst", "all"], default="best_worst")
+    pairs.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    pairs.add_argument("--max-new-tokens", type=int, default=96, help="longest hypothesis, in tokens")
+    pairs.add_argument("--mode", choices=["best_worst", "all"], default="best_worst", help="best_worst: one pair an utterance (its best and worst); all: every ordered pair")
     pairs.add_argument("--margin", type=float, default=0.0, help="keep pairs whose scores differ by more than this")
-    pairs.add_argument("--batch-size", type=at_least(1, "utterances per batch"), default=8)
+    pairs.add_argument("--batch-size", type=at_least(1, "utterances per batch"), default=8, help="utterances decoded together")
     pairs.add_argument("--reward-config", default=None, help="YAML of reward settings (terms, term_options, file, "
                                                              "remote_url); default: the built-in terms")
-    pairs.add_argument("--seed", type=int, default=0)
+    pairs.add_argument("--seed", type=int, default=0, help="sampling seed")
     pairs.set_defaults(func=_data_pairs)
     _add_pseudo_label(data)
     judge = data.add_parser("judge-pairs", help="text pairs for a judge reward model (`train rm`): domain sentences "
@@ -218,8 +218,8 @@ def add_data_commands(sub) -> None:
     judge.add_argument("--text", required=True, help="domain sentences: a text file (one a line) or a JSONL manifest "
                                                      "(its `text`, with each line's `context`)")
     judge.add_argument("--out", required=True, help="the pair file (JSONL: prompt, chosen, rejected, corruption)")
-    judge.add_argument("--per-sentence", type=at_least(1, "pairs per sentence"), default=4)
-    judge.add_argument("--seed", type=int, default=0)
+    judge.add_argument("--per-sentence", type=at_least(1, "pairs per sentence"), default=4, help="pairs made from each sentence (the corruption kinds in turn)")
+    judge.add_argument("--seed", type=int, default=0, help="seeds the corruptions")
     judge.set_defaults(func=_data_judge_pairs)
 
 
@@ -262,16 +262,16 @@ def _add_pseudo_label(data) -> None:
                                                    "http(s):// reward server")
     pl.add_argument("--mode", choices=["sample", "beam"], default="sample",
                     help="with --best-of: N samples at --temperature (seeded per utterance id), or the beam N-best")
-    pl.add_argument("--temperature", type=float, default=1.0)
-    pl.add_argument("--top-p", type=float, default=1.0)
+    pl.add_argument("--temperature", type=float, default=1.0, help="best-of-N sampling temperature")
+    pl.add_argument("--top-p", type=float, default=1.0, help="best-of-N nucleus sampling")
     pl.add_argument("--min-confidence", type=float, default=None,
                     help="drop lines whose confidence (mean token log-prob of the label under the model, "
                          "temperature 1; 0 = certain) is below this; they go to OUT's .dropped.jsonl")
-    pl.add_argument("--max-new-tokens", type=int, default=96)
-    pl.add_argument("--batch-size", type=at_least(1, "utterances per batch"), default=8)
-    pl.add_argument("--seed", type=int, default=0)
-    pl.add_argument("--device", default="auto")
-    pl.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    pl.add_argument("--max-new-tokens", type=int, default=96, help="longest label, in tokens")
+    pl.add_argument("--batch-size", type=at_least(1, "utterances per batch"), default=8, help="utterances decoded together")
+    pl.add_argument("--seed", type=int, default=0, help="sampling seed (per utterance id and sample)")
+    pl.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    pl.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="weights dtype (auto: as the checkpoint was saved)")
     pl.add_argument("--quiet", action="store_true", help="no progress bar")
     pl.set_defaults(func=_data_pseudo_label)
 

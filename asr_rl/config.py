@@ -84,7 +84,7 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The keys every `asr-rl train ...` command accepts (README.md, "Commands").
+    """The keys every `asr-rl train ...` command accepts (docs/commands.md).
 
     Attributes:
         pretrain: starting model folder (a Hugging Face checkpoint).

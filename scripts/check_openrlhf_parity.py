@@ -9,7 +9,7 @@ from `version.txt` or the wheel's `*.dist-info/METADATA`. Its functions are read
 (`openrlhf/models/loss.py`, `models/utils.py`, `utils/loss_utils.py`, `trainer/ppo_utils/
 experience_maker.py`, `length_penalty.py`) and run as they are, without importing the package (which
 needs flash-attn and a GPU stack). Each case maps
-OpenRLHF's settings to ours (README "Coming from OpenRLHF") and prints the largest absolute
+OpenRLHF's settings to ours (docs/from-openrlhf.md) and prints the largest absolute
 difference of the values (and of the gradient w.r.t. the log-probs, for losses). Exit 1 when any
 case differs by more than the tolerance. Padding holds arbitrary finite values; OpenRLHF's inputs
 are masked the way its trainer masks them.
@@ -34,7 +34,7 @@ from asr_rl.algos.rollout_correction import rollout_correction  # noqa: E402
 from asr_rl.trainer.update.ppo import micro_weights  # noqa: E402
 
 TOL = 2e-6
-# OpenRLHF 0.11.2 `is_correction_level/mode/gating` -> our `algo.rollout_correction` (README)
+# OpenRLHF 0.11.2 `is_correction_level/mode/gating` -> our `algo.rollout_correction` (docs/from-openrlhf.md)
 IS_MODES = {("token", "clip", "ratio"): "tis", ("token", "mask", "ratio"): "icepop",
             ("seq", "mask", "ratio"): "seq_mask_tis", ("token", "mask", "binary_kl"): "token_binary_kl",
             ("seq", "mask", "binary_kl"): "seq_binary_kl", ("token", "mask", "tv"): "token_tv",

@@ -1,4 +1,4 @@
-"""Manifests: one utterance per JSONL line (README.md, "Bring your own data").
+"""Manifests: one utterance per JSONL line (docs/data.md).
 
     {"id", "audio": path relative to the manifest or absolute, "text": reference (optional for RL;
      "" = nobody speaks: a non-speech line),

@@ -1,4 +1,4 @@
-"""Text prompt sets for the text RLHF path (README.md, "Bring your own data").
+"""Text prompt sets for the text RLHF path (docs/data.md).
 
     {"prompt": "..." or "messages": [{"role": ..., "content": ...}, ...], "label": "..." (optional), ...}
 

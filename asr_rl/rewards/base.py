@@ -1,4 +1,4 @@
-"""The reward contract (README.md, "Bring your own reward").
+"""The reward contract (docs/rewards.md).
 
 A reward gets the batch of samples and returns one reward per sample, optional scores in [0, 1]
 and per-term values for logging (torchtune's `RewardOutput`, TRL's plain-callable signature).

@@ -1,4 +1,4 @@
-"""An HTTP reward server speaking OpenRLHF's remote reward protocol (README.md, "Bring your own reward").
+"""An HTTP reward server speaking OpenRLHF's remote reward protocol (docs/rewards.md).
 
 `POST /get_reward` takes `{"query": [...], "prompts": [...], "labels": [...]}` (OpenRLHF's
 `remote_rm_fn` body) and answers `{"rewards": [...], "scores": [...], "extra_logs": {...}}`.

@@ -1,4 +1,4 @@
-"""Our JSONL manifest (README.md, "Bring your own data"): one utterance a line, `audio` relative to
+"""Our JSONL manifest (docs/data.md): one utterance a line, `audio` relative to
 the manifest's folder or absolute. The `data.*_column` options rename keys (`sentence` -> `text`)."""
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ class AlgoConfig:
             tis | icepop | token_mis | seq_mis | seq_mask_tis (gated on the ratio) | token_binary_kl |
             seq_binary_kl | token_tv | seq_tv (gated on a divergence); null = off (the mismatch is still
             logged as rollout_corr/kl). OpenRLHF 0.11.2 `--algo.advantage.is_correction_level/mode/
-            gating` (README "Coming from OpenRLHF" maps each combination).
+            gating` (docs/from-openrlhf.md maps each combination).
         rollout_correction_threshold: [low, high] of the correction (OpenRLHF
             `is_correction_threshold`, default [0.5, 5.0]); a divergence gate takes [0, high].
         entropy_coef: entropy bonus weight (0 = off).
