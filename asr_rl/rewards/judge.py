@@ -12,21 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from asr_rl.data.judge_pairs import judge_prompt
-from asr_rl.rewards.base import RewardOutput, Sample, check_output
-from asr_rl.rewards.reward_model import load_reward_model, render_pair, score_texts
+from asr_rl.rewards.reward_model import RewardModelReward
 
 
-class JudgeReward:
-    """The reward contract over a judge folder: reward = its score of `judge_prompt(context)` and
-    the hypothesis (the same rendering `data judge-pairs` wrote for `train rm`)."""
-
-    needs_reference = False
-
-    def __init__(self, path: str | Path, device: str = "cpu"):
-        self.name = f"judge:{Path(path).name}"
-        self.model, self.tokenizer = load_reward_model(path, device)
-
-    def __call__(self, samples: list[Sample]) -> RewardOutput:
-        texts = [render_pair(self.tokenizer, judge_prompt(s.context), s.hypothesis) for s in samples]
-        scores = score_texts(self.model, self.tokenizer, texts).tolist()
-        return check_output(self.name, RewardOutput(scores, terms={"judge": scores}), len(samples))
+def JudgeReward(path: str | Path, device: str = "cpu") -> RewardModelReward:  # noqa: N802 (a reward, named as one)
+    """The reward model in `path` as a judge: reward = its score of `judge_prompt(context)` and the
+    hypothesis (the same rendering `data judge-pairs` wrote for `train rm`); it reads no reference."""
+    return RewardModelReward(path, device, prompt=lambda s: judge_prompt(s.context), kind="judge")

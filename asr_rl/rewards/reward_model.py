@@ -2,6 +2,7 @@
 with one output, scoring the prompt and response rendered as a chat, behind the reward contract."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -46,13 +47,17 @@ def score_texts(model, tokenizer, texts: list[str], batch_size: int = 32, max_le
 
 
 class RewardModelReward:
-    """The reward contract over a reward model: reward = the model's score."""
+    """The reward contract over a reward model: reward = the model's score of `prompt(sample)` and the
+    hypothesis. The text path's reward model reads the sample's prompt; a judge (rewards/judge.py)
+    reads the utterance's context list instead, under the term name `kind`."""
 
-    def __init__(self, path: str | Path, device: str = "cpu"):
-        self.name = f"reward_model:{Path(path).name}"
+    def __init__(self, path: str | Path, device: str = "cpu", prompt: Callable[[Sample], str] | None = None,
+                 kind: str = "reward_model"):
+        self.name, self.kind = f"{kind}:{Path(path).name}", kind
+        self.prompt = prompt or (lambda s: s.prompt)
         self.model, self.tokenizer = load_reward_model(path, device)
 
     def __call__(self, samples: list[Sample]) -> RewardOutput:
-        texts = [render_pair(self.tokenizer, s.prompt, s.hypothesis) for s in samples]
+        texts = [render_pair(self.tokenizer, self.prompt(s), s.hypothesis) for s in samples]
         scores = score_texts(self.model, self.tokenizer, texts).tolist()
-        return check_output(self.name, RewardOutput(scores, terms={"reward_model": scores}), len(samples))
+        return check_output(self.name, RewardOutput(scores, terms={self.kind: scores}), len(samples))
