@@ -50,34 +50,40 @@ def _train_commands() -> list[str]:
     return ["sft", *PRESETS, *_preference_commands(), "rm", "scorer"]
 
 
-def _train(args: argparse.Namespace) -> int:
+def train_config(algo: str, config: str | None, overrides: list[str]):
+    """(the loaded config, the function that trains with it) of `asr-rl train ALGO`: what a command
+    line means, checked (unknown keys, bad values) before anything runs."""
     from asr_rl.config import load_config
 
     preference = _preference_commands()
-    if args.algo == "sft":
+    if algo == "sft":
         from asr_rl.trainer.configs.rl import SFTConfig
         from asr_rl.trainer.recipes.presets import load_with_checkpoint_presets
         from asr_rl.trainer.recipes.sft import train_sft
 
-        out = train_sft(load_with_checkpoint_presets(SFTConfig, "sft", args.config, args.overrides))
-    elif args.algo in preference:
+        return load_with_checkpoint_presets(SFTConfig, "sft", config, overrides), train_sft
+    if algo in preference:
         from asr_rl.trainer.configs.preference import DPOConfig
         from asr_rl.trainer.recipes.dpo import train_dpo
 
-        out = train_dpo(load_config(DPOConfig, args.config, args.overrides, presets=preference[args.algo]))
-    elif args.algo == "rm":
+        return load_config(DPOConfig, config, overrides, presets=preference[algo]), train_dpo
+    if algo == "rm":
         from asr_rl.trainer.configs.preference import RMConfig
         from asr_rl.trainer.recipes.rm import train_rm
 
-        out = train_rm(load_config(RMConfig, args.config, args.overrides))
-    elif args.algo == "scorer":
+        return load_config(RMConfig, config, overrides), train_rm
+    if algo == "scorer":
         from asr_rl.trainer.recipes.scorer import ScorerConfig, train_scorer
 
-        out = train_scorer(load_config(ScorerConfig, args.config, args.overrides))
-    else:
-        from asr_rl.trainer.recipes.rl import train_rl
+        return load_config(ScorerConfig, config, overrides), train_scorer
+    from asr_rl.trainer.recipes.rl import load_rl_config, run_rl
 
-        out = train_rl(args.algo, args.config, args.overrides)
+    return load_rl_config(algo, config, overrides), lambda cfg: run_rl(cfg, algo)
+
+
+def _train(args: argparse.Namespace) -> int:
+    cfg, train = train_config(args.algo, args.config, args.overrides)
+    out = train(cfg)
     print(f"final model: {out}")
     return 0
 

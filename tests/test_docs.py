@@ -60,3 +60,36 @@ def test_the_getting_started_walk_through_runs_as_written(tmp_path):
     last = res.stdout.strip().splitlines()
     assert any('"reward/accuracy"' in line and '"reward/brevity"' in line for line in last)
     assert (tmp_path / "exp/mine/eval/report.json").is_file()
+
+
+def doc_commands(page: Path) -> list[str]:
+    """The concrete `asr-rl ...` commands of a page's code blocks (continuations joined, comments cut);
+    lines with placeholders (`DIR`, `PATH`, `[...]`, `...`) are syntax summaries, not commands."""
+    out = []
+    for block in re.findall(r"```(?:bash|text)?\n(.*?)```", page.read_text(), flags=re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            m = re.match(r"^(?:[A-Z_]+=\S+\s+)*(asr-rl\s.*)$", line.split(" #")[0].strip().rstrip("&").strip())
+            if m and "..." not in m.group(1) and not re.search(r"[A-Z_]{3,}=|\bDIR\b|PATH|\[|`", m.group(1)):
+                out.append(m.group(1))
+    return out
+
+
+PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.parts and p.name != "history.md")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT / "docs")))
+def test_every_command_a_page_shows_parses_and_its_config_loads(page, monkeypatch):
+    """Each concrete `asr-rl` command of the docs parses, and a `train` command's keys and values load
+    (an unknown key, a bad value or a setting that does not apply fails here, not in a reader's shell)."""
+    import shlex
+
+    from asr_rl.cli import build_parser, train_config
+
+    monkeypatch.chdir(ROOT)  # `--config recipes/...` and reward files resolve from the repository
+    parser = build_parser()
+    for command in doc_commands(page):
+        argv = shlex.split(command)[1:]
+        args, extra = parser.parse_known_args(argv)
+        assert not extra or argv[0] == "train", (command, extra)
+        if argv[0] == "train":
+            train_config(args.algo, args.config, extra)

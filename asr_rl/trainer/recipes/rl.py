@@ -36,7 +36,11 @@ def load_rl_config(algo: str, config: str | None, overrides: list[str]) -> RLCon
 
 
 def train_rl(algo: str, config: str | None, overrides: list[str]) -> Path:
-    cfg = load_rl_config(algo, config, overrides)
+    return run_rl(load_rl_config(algo, config, overrides), algo)
+
+
+def run_rl(cfg: RLConfig, algo: str) -> Path:
+    """The text path for a prompt set alone (`prompt_data` without `train_manifest`), else audio."""
     if cfg.prompt_data and not cfg.train_manifest:
         return run_text_rl(cfg, algo)
     return run_audio_rl(cfg, algo)
