@@ -12,7 +12,8 @@ an empty hypothesis is the all-blank path, likely only where nobody speaks. A hy
 character the scorer has no label for scores 0.
 
 Batched: each distinct audio of a call is read and encoded once (a group's n samples share it),
-and all hypotheses are scored in one CTC pass. Usable as a built-in term (`reward.terms:
+and all hypotheses are scored in one CTC pass. Its states are kept (the encoder cache, in RAM, and
+read from the SFT's cache folder with `encoder_cache=DIR`): a pool's utterance is encoded once a run. Usable as a built-in term (`reward.terms:
 {acoustic: 1.0}`, `reward.term_options: {acoustic: {scorer: DIR}}`), served by `asr-rl reward
 serve --reward acoustic:DIR`, or called from a reward file (`AcousticTerm(DIR)(samples)`).
 """
@@ -32,7 +33,8 @@ class AcousticTerm:
 
     name = "acoustic"
 
-    def __init__(self, folder: str | Path, batch_size: int = 16):
+    def __init__(self, folder: str | Path, batch_size: int = 16, encoder_cache: str | Path | None = None,
+                 cache_gib: float = 1.0):
         from asr_rl.rewards.acoustic_scorer import AcousticScorer
         from asr_rl.models.audio_policy import AudioPolicy
 
@@ -43,17 +45,24 @@ class AcousticTerm:
                                     "make it again with `asr-rl train scorer`")
         self.encoder = AudioPolicy.from_pretrained(self.folder / "encoder")
         self.encoder.freeze()
+        # the states of a pool's utterances are wanted again every time one is drawn: kept in RAM (up
+        # to `cache_gib`), and read from the SFT's cache folder when given (the same frozen encoder
+        # filled it: its fingerprint says so, and a folder of another encoder is ignored)
+        self.encoder.use_encoder_cache(encoder_cache, cache_gib)
 
     @torch.no_grad()
     def states(self, audios: list[str]) -> list[torch.Tensor]:
-        """Encoder states `(L_i, d_audio)` of each audio reference, `batch_size` at a time."""
-        from asr_rl.data.audio import load_audio
+        """Encoder states `(L_i, d_audio)` of each audio reference (its clean audio), `batch_size` at a
+        time, through the encoder's cache: only what it lacks is read and encoded."""
+        from asr_rl.data.batching import lazy_batch
+        from asr_rl.data.manifest import Utterance
 
         out = []
         for start in range(0, len(audios), self.batch_size):
             refs = audios[start:start + self.batch_size]
-            rows = self.encoder.encode_prompts([load_audio(a, self.encoder.sample_rate) for a in refs], [None] * len(refs))
-            out += [r.audio.float() for r in rows]
+            batch = lazy_batch([Utterance(id=a, audio=a, text=None, language=None) for a in refs],
+                               self.encoder.sample_rate)
+            out += [r.audio.float() for r in self.encoder.encode_batch(batch)]
         return out
 
     def scores(self, samples: list[Sample]) -> list[float]:
@@ -74,13 +83,14 @@ class AcousticTerm:
 
 
 @functools.lru_cache(maxsize=4)
-def _term(folder: str) -> AcousticTerm:
-    return AcousticTerm(folder)
+def _term(folder: str, encoder_cache: str | None = None) -> AcousticTerm:
+    return AcousticTerm(folder, encoder_cache=encoder_cache)
 
 
-def acoustic_scores(samples: list[Sample], scorer: str | None) -> list[float]:
-    """The `acoustic` term (registered in terms.py): `AcousticTerm(scorer).scores`, one term per folder."""
+def acoustic_scores(samples: list[Sample], scorer: str | None, encoder_cache: str | None = None) -> list[float]:
+    """The `acoustic` term (registered in terms.py): `AcousticTerm(scorer, encoder_cache=...).scores`, one
+    term per folder."""
     if scorer is None:
         raise RewardError("the acoustic term needs its scorer folder: reward.term_options={acoustic: {scorer: DIR}} "
                           "(made by `asr-rl train scorer`)")
-    return _term(str(Path(scorer).resolve())).scores(samples)
+    return _term(str(Path(scorer).resolve()), encoder_cache and str(Path(encoder_cache).resolve())).scores(samples)

@@ -59,12 +59,13 @@ def cer_term(samples: list[Sample], floor: float = 0.0) -> list[float]:
 
 
 @register_term("acoustic", needs_reference=False, needs_audio=True)
-def acoustic_term(samples: list[Sample], scorer: str | None = None) -> list[float]:
+def acoustic_term(samples: list[Sample], scorer: str | None = None, encoder_cache: str | None = None) -> list[float]:
     """exp(log P(hypothesis | audio) / frames) under the acoustic scorer in folder `scorer` (made by
-    `asr-rl train scorer`): a term that listens and needs no transcript (rewards/acoustic.py)."""
+    `asr-rl train scorer`): a term that listens and needs no transcript (rewards/acoustic.py);
+    `encoder_cache`: the SFT's encoder-cache folder, whose states it reads instead of encoding."""
     from asr_rl.rewards.acoustic import acoustic_scores  # torch and the scorer's models, only when used
 
-    return acoustic_scores(samples, scorer)
+    return acoustic_scores(samples, scorer, encoder_cache)
 
 
 @register_term("silence", needs_reference=False, needs_audio=True)

@@ -61,6 +61,16 @@ def test_a_trained_scorer_hears_the_wrong_name_and_is_served(whisper_model, tiny
     assert all(0.0 <= x <= 1.0 for x in scores)
     assert all(r > s for r, s in zip(right, swapped)), list(zip(right, swapped, wrong))
     assert all(r > e for r, e in zip(right, empty))
+    # the states are kept: scored again, nothing is encoded; with a cache folder, a new term reads them
+    from tests.models.test_encoder_cache import count_encoder_rows
+
+    seen = count_encoder_rows(term.encoder)
+    assert term.scores(samples) == scores and sum(seen) == 0
+    filled = AcousticTerm(folder, encoder_cache=tmp_path / "cache")
+    assert filled.scores(samples) == pytest.approx(scores, abs=1e-6)
+    again = AcousticTerm(folder, encoder_cache=tmp_path / "cache")
+    seen = count_encoder_rows(again.encoder)
+    assert again.scores(samples) == pytest.approx(scores, abs=1e-6) and sum(seen) == 0
     with serve_reward(f"acoustic:{folder}", token="t") as url:
         body = {"query": [s.hypothesis for s in samples[:3]], "prompts": [s.prompt for s in samples[:3]],
                 "labels": [None] * 3, "samples": [{"hypothesis": s.hypothesis, "reference": None, "audio": s.audio,
