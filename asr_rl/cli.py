@@ -115,7 +115,7 @@ def _eval(args: argparse.Namespace) -> int:
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
                       device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
                       dtype=args.dtype, contexts=contexts, verifier=verifier, options=read_options(args),
-                      rerank=_rerank(args))
+                      decode=_rerank(args))
     failed = [name for name, m in report.items() if m.failed and not m.utterances]
     if failed:  # a table of "-" is not a result: the caller's script must see it
         print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
@@ -125,7 +125,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _rerank(args: argparse.Namespace):
-    """`--rerank N --reward SPEC` (both or neither), as evaluation/rerank.py's `Rerank`."""
+    """`--rerank N --reward SPEC` (both or neither): eval's `decode`, N samples reranked by the reward
+    (trainer/recipes/rerank.py)."""
     if (args.rerank is None) != (args.reward is None):
         raise ValueError("--rerank N and --reward SPEC go together: N samples an utterance, the one SPEC scores "
                          "best kept")
@@ -133,9 +134,11 @@ def _rerank(args: argparse.Namespace):
         return None
     if args.num_beams != 1:
         raise ValueError("--rerank samples; --num-beams is for greedy/beam decoding: give one of them")
-    from asr_rl.evaluation.rerank import Rerank
+    import functools
 
-    return Rerank(args.rerank, args.reward, args.temperature, args.seed)
+    from asr_rl.trainer.recipes.rerank import Rerank, rerank_transcribe
+
+    return functools.partial(rerank_transcribe, Rerank(args.rerank, args.reward, args.temperature, args.seed))
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -161,6 +161,11 @@ def _data_judge_pairs(args: argparse.Namespace) -> int:
 
 def add_data_commands(sub) -> None:
     data = sub.add_parser("data", help="manifests and the demo corpus").add_subparsers(dest="data_cmd", required=True)
+    _add_check(data)
+    _add_synth(data)
+
+
+def _add_check(data) -> None:
     check = data.add_parser("check", help="validate a manifest: count, hours, languages, bad lines")
     check.add_argument("--manifest", required=True, help="a JSONL or NeMo manifest, a `datasets` folder "
                                                          "(save_to_disk) or parquet file/folder, a Kaldi/WeNet folder")
@@ -177,6 +182,8 @@ def add_data_commands(sub) -> None:
                                                      "cannot write")
     check.set_defaults(func=_data_check)
 
+
+def _add_synth(data) -> None:
     synth = data.add_parser("synth", help="synthesise the bilingual demo corpus offline (espeak-ng)")
     synth.add_argument("--out", required=True, help="the corpus folder to write (reused when it holds this exact corpus)")
     synth.add_argument("--domain", choices=["source", "target"], default="source",

@@ -94,12 +94,12 @@ def transcribe(policy, utterances: list[Utterance], batch_size: int = 16, num_be
 def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_beams: int = 1,
                       max_new_tokens: int = 96, max_utterances: int | None = None,
                       progress: bool = False, context: tuple[str, ...] = (),
-                      verifier: Verifier | None = None, options=None, rerank=None
+                      verifier: Verifier | None = None, options=None, decode=None
                       ) -> tuple[SetMetrics, list[UtteranceResult]]:
     """Decode and score one test set (any format `READERS` reads, `options` its reading options);
     `context` is the list for lines that carry none of their own; `verifier` checks each transcript
-    (its pass rate is reported); `rerank` (evaluation/rerank.py `Rerank`): N samples reranked by a
-    reward instead of greedy decoding."""
+    (its pass rate is reported); `decode(policy, utterances, batch_size, max_new_tokens, progress)`
+    replaces greedy (or beam) decoding, e.g. N samples reranked by a reward (trainer/recipes/rerank.py)."""
     scan = scan_manifest(manifest, check_audio=False, text_needed_by=None, options=options)
     if scan.unlabelled:  # a refusal, not a failed line: the set cannot be scored as the user meant
         u = scan.unlabelled[0]
@@ -116,10 +116,8 @@ def evaluate_manifest(policy, manifest: str | Path, batch_size: int = 16, num_be
                         getattr(policy.llm_config(), "max_position_embeddings", None), max_new_tokens,
                         f"test set {manifest}")
     start = time.perf_counter()
-    if rerank is not None:
-        from asr_rl.evaluation.rerank import rerank_transcribe
-
-        results = rerank_transcribe(policy, utts, rerank, batch_size, max_new_tokens, progress)
+    if decode is not None:
+        results = decode(policy, utts, batch_size, max_new_tokens, progress)
     else:
         results = transcribe(policy, utts, batch_size, num_beams, max_new_tokens, progress)
     seconds = time.perf_counter() - start
@@ -133,14 +131,14 @@ def run_eval(model: str | Path, test_sets: dict[str, str], output: str | Path | 
              batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
              force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
              contexts: dict[str, tuple[str, ...]] | None = None,
-             verifier: Verifier | None = None, options=None, rerank=None) -> dict[str, SetMetrics]:
+             verifier: Verifier | None = None, options=None, decode=None) -> dict[str, SetMetrics]:
     """Evaluate `model` on each named test set; write reports under `output` when given. `dtype`:
     float32, bfloat16, or auto (the dtype the checkpoint was saved in); `contexts`: a set's context
     list for its lines that carry none; `verifier`: a checker of transcripts (`verifier.py`);
     `options`: how the sets are read (`ReadOptions`: format, columns, default language)."""
     report = {name: m for name, (m, _) in decode_sets(model, test_sets, output, batch_size, num_beams, device,
                                                       max_new_tokens, force_language, progress, dtype,
-                                                      contexts, verifier, options, rerank).items()}
+                                                      contexts, verifier, options, decode).items()}
     print(format_table(report))
     return report
 
@@ -149,7 +147,7 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
                 batch_size: int = 16, num_beams: int = 1, device: str = "auto", max_new_tokens: int = 96,
                 force_language: bool | None = None, progress: bool = True, dtype: str = "auto",
                 contexts: dict[str, tuple[str, ...]] | None = None, verifier: Verifier | None = None,
-                options=None, rerank=None) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
+                options=None, decode=None) -> dict[str, tuple[SetMetrics, list[UtteranceResult]]]:
     """`run_eval` without the table: metrics and per-utterance results of each set."""
     from asr_rl.models.audio_policy import AudioPolicy
 
@@ -167,7 +165,7 @@ def decode_sets(model: str | Path, test_sets: dict[str, str], output: str | Path
     for name, path in test_sets.items():
         out[name] = evaluate_manifest(policy, path, batch_size, num_beams, max_new_tokens, progress=progress,
                                       context=(contexts or {}).get(name, ()), verifier=verifier, options=options,
-                                      rerank=rerank)
+                                      decode=decode)
         if output is not None:
             write_jsonl(Path(output) / f"{name}.hyps.jsonl", (asdict(r) for r in out[name][1]))
     if output is not None:

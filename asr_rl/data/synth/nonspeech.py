@@ -91,7 +91,7 @@ def hum(n: int, rng: np.random.Generator, sample_rate: int) -> np.ndarray:
 
 def make_clip(kind: str, n: int, rng: np.random.Generator, sample_rate: int) -> np.ndarray:
     """`n` samples of `kind` at its own absolute level (see the *_DBFS and TONE_PEAK ranges)."""
-    if kind == "silence":
+    if kind == KINDS[0]:  # digital silence
         return np.zeros(n)
     if kind == "room_tone":
         return at_rms(augment.pink_noise(n, rng) + brown_noise(n, rng) / 20.0, rng.uniform(*ROOM_TONE_DBFS))

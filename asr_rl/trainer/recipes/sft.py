@@ -114,9 +114,7 @@ def train_sft(cfg: SFTConfig):
                              sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
                              augmenter=VariantAugmenter(augment, cfg.seed), decode_workers=cfg.data.decode_workers)
         if policy.encoder_frozen:  # its size in the log, and a stop now when its disk is not there
-            prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate,
-                                  draws=cfg.max_steps * cfg.train_batch_size, eval_manifest=cfg.eval_manifest,
-                                  eval_max=cfg.eval.eval_max_samples)
+            _plan_cache(cfg, utts, augment)
         step, state = 0, None
         if ctx.resume_from is not None:
             step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
@@ -151,6 +149,12 @@ def train_sft(cfg: SFTConfig):
         end.close()
         policy.save_encoder_cache()  # rows were written as they were encoded: release the folder
         return save_final(ctx.output_dir, policy.save_pretrained)
+
+
+def _plan_cache(cfg: SFTConfig, utts, augment) -> None:
+    prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate,
+                          draws=cfg.max_steps * cfg.train_batch_size, eval_manifest=cfg.eval_manifest,
+                          eval_max=cfg.eval.eval_max_samples)
 
 
 def _check_finite(loss: torch.Tensor, metrics: dict, step: int, batch) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from asr_rl.data.manifest import Utterance
 from asr_rl.evaluation.metrics import UtteranceResult
+from asr_rl.trainer.configs.rl import RolloutConfig
 
 log = logging.getLogger("asr_rl.eval")
 
@@ -35,13 +36,13 @@ class Rerank:
             raise ValueError(f"--rerank needs at least 2 samples an utterance, got {self.n}")
 
 
-def rerank_transcribe(policy, utterances: list[Utterance], rerank: Rerank, batch_size: int = 8,
+def rerank_transcribe(rerank: Rerank, policy, utterances: list[Utterance], batch_size: int = 8,
                       max_new_tokens: int = 96, progress: bool = False) -> list[UtteranceResult]:
-    """The reranked transcript of each utterance, in input order; one that cannot be decoded gets `error`."""
+    """The reranked transcript of each utterance, in input order; one that cannot be decoded gets `error`
+    (`functools.partial(rerank_transcribe, rerank)` is `asr-rl eval`'s `decode`)."""
     from tqdm import tqdm
 
     from asr_rl.rewards.pipeline import make_reward, reward_spec_config
-    from asr_rl.trainer.configs.rl import RolloutConfig
     from asr_rl.trainer.recipes.pseudo_label import Labeller
 
     rollout = RolloutConfig(mode="sample", n_samples_per_prompt=rerank.n, temperature=rerank.temperature,
