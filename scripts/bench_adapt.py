@@ -197,6 +197,13 @@ def summarise(args, work: Path, reports: dict, label_seconds: dict, seeds: list[
             print(f"| {name} | {s} | {_pct(m.get('cer'))} | {_pct(m.get('insertion_rate'))} | {_pct(m.get('loop_rate'))} | "
                   f"{_pct(m.get('keyword_error_rate'))} | {_pct(m.get('verifier_pass_rate'))} | "
                   f"{_pct(m.get('nonspeech_hallucination_rate'))} |")
+    print("\n| model | target test CER % en / zh | keyword error % (target test): digits en / zh, names en / zh |")
+    print("|---|---|---|")
+    for name, rep in reports.items():
+        per = rep["test_sets"]["target_test"].get("per_language") or {}
+        kinds = keyword_kinds(work / "eval" / name)
+        print(f"| {name} | {_pct((per.get('en') or {}).get('cer'))} / {_pct((per.get('zh') or {}).get('cer'))} | "
+              + " / ".join(_pct(kinds.get(k)) for k in ("digit_en", "digit_zh", "name_en", "name_zh")) + " |")
     main_arm = "rl_verifier_listening"
     pairs = [("start", a) for a in arms] + [(c, main_arm) for c in ("self_train", "best_of_n", "suta", "rerank", "rl_verifier")
                                             if c in arms and main_arm in arms and c != main_arm]
@@ -212,6 +219,29 @@ def summarise(args, work: Path, reports: dict, label_seconds: dict, seeds: list[
     (work / "summary.json").write_text(json.dumps({"label_seconds": label_seconds, "reports": reports,
                                                    "compare": {f"{b}_vs_{a}": c for (a, b), c in comps.items()}},
                                                   indent=1, default=str))
+
+
+def keyword_kinds(eval_folder: Path, name: str = "target_test") -> dict[str, float]:
+    """Keyword error rate by kind on a set: `digit` (phone numbers, times, amounts: number words or
+    Chinese numerals), `name` (the grammars' contacts), per language: the share of such keywords the
+    hypothesis misses."""
+    from asr_rl.data.synth import grammar_en, grammar_zh
+    from asr_rl.rewards.normalize import keyword_hits
+
+    names = set(grammar_en.NAMES) | set(grammar_zh.NAMES)
+    numbers = {w for n in range(100) for w in grammar_en.number_words(n).split()} | {"oh"}
+    zh_digits = set("零一二两三四五六七八九十百点半")
+    counts: dict[str, list[int]] = {}
+    for line in (eval_folder / f"{name}.hyps.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        for k in r["keywords"]:
+            kind = ("name" if k in names else "digit" if (set(k.split()) <= numbers or set(k) <= zh_digits)
+                    else None)
+            if kind:
+                c = counts.setdefault(f"{kind}_{r['language']}", [0, 0])
+                c[0] += 1 - keyword_hits(r["hypothesis"], [k])
+                c[1] += 1
+    return {k: miss / n for k, (miss, n) in sorted(counts.items())}
 
 
 def pool_compare(work: Path, a: str, b: str, seeds: list[int]) -> dict:
