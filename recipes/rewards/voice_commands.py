@@ -119,8 +119,15 @@ def _acoustic_term(folder: str):
     return AcousticTerm(folder)
 
 
-def acoustic(completions, audio, **kwargs):
-    return _acoustic_term(SCORER).scores([Sample(c, None, audio=a) for c, a in zip(completions, audio)])
+def acoustic(completions, audio=None, **kwargs):
+    """None where the audio is not given (`asr-rl eval --verifier` judges transcripts alone)."""
+    audio = audio or [None] * len(completions)
+    heard = [i for i, a in enumerate(audio) if a]
+    scores = _acoustic_term(SCORER).scores([Sample(completions[i], None, audio=audio[i]) for i in heard]) if heard else []
+    out = [None] * len(completions)
+    for i, v in zip(heard, scores):
+        out[i] = v
+    return out
 
 
 SCORER = os.environ.get("VOICE_COMMANDS_SCORER")

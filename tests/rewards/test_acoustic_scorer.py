@@ -2,6 +2,8 @@
 on real synthesised speech that hears a wrong word where a grammar cannot, and the term served."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 
 import httpx
@@ -71,6 +73,19 @@ def test_a_trained_scorer_hears_the_wrong_name_and_is_served(whisper_model, tiny
     again = AcousticTerm(folder, encoder_cache=tmp_path / "cache")
     seen = count_encoder_rows(again.encoder)
     assert again.scores(samples) == pytest.approx(scores, abs=1e-6) and sum(seen) == 0
+    # the demo's verifier with the scorer beside it: the acoustic function listens where the audio is
+    # given, and does not apply where it is not (`eval --verifier` judges transcripts alone)
+    import os
+
+    from asr_rl.rewards.plugins import load_reward_file
+
+    os.environ["VOICE_COMMANDS_SCORER"] = str(folder)
+    try:
+        verifier = load_reward_file(Path(__file__).resolve().parents[2] / "recipes/rewards/voice_commands.py")
+    finally:
+        del os.environ["VOICE_COMMANDS_SCORER"]
+    out = verifier([samples[0], Sample(samples[0].hypothesis, None, "en", duration=2.0)])
+    assert out.terms["acoustic"] == [pytest.approx(scores[0], abs=1e-6), None]
     with serve_reward(f"acoustic:{folder}", token="t") as url:
         body = {"query": [s.hypothesis for s in samples[:3]], "prompts": [s.prompt for s in samples[:3]],
                 "labels": [None] * 3, "samples": [{"hypothesis": s.hypothesis, "reference": None, "audio": s.audio,
