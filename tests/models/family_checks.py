@@ -14,6 +14,10 @@ import torch
 
 from asr_rl.models.audio_policy import AudioPolicy
 
+# every family, and the real-vocabulary tiny Qwen3-ASR
+FAMILIES = [("qwen3_asr", "tiny"), ("qwen3_asr", "tiny-real"), ("qwen2_audio", "tiny"), ("glm_asr", "tiny"),
+            ("qwen2_5_omni", "tiny"), ("voxtral", "tiny")]
+
 # the utterance both sides score; the script under test must build the same one
 WAV = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
 WAV_CODE = "wav = (0.3 * np.sin(np.arange(24000) / 16000 * 2 * np.pi * 300)).astype(np.float32)"
@@ -98,3 +102,17 @@ def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: 
     report = run_eval(local, {"clean": str(corpus / "test_clean.jsonl")}, batch_size=2, max_new_tokens=8,
                       progress=False)
     assert report["clean"].utterances == 2 and report["clean"].cer is not None
+
+
+def noisy_family_policy(arch: str, size: str, corpus: Path, folder: Path, scale: float, seed: int = 0) -> AudioPolicy:
+    """A freshly built tiny model of `arch`, frozen, its trainable weights shifted by seeded noise of
+    `scale` (a random LLM is near-uniform; the noise makes its distributions peaked and varied)."""
+    from asr_rl.models.builders import init_model
+
+    policy = AudioPolicy.from_pretrained(init_model(arch, size, [corpus / "train.jsonl"], folder / arch))
+    policy.freeze()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in policy.trainable_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return policy

@@ -8,26 +8,14 @@ import torch
 
 from asr_rl.data.audio import load_audio
 from asr_rl.data.manifest import read_manifest
-from asr_rl.models.audio_policy import AudioPolicy
+from tests.models.family_checks import FAMILIES, noisy_family_policy
 
 pytestmark = pytest.mark.slow
-FAMILIES = [("qwen3_asr", "tiny"), ("qwen3_asr", "tiny-real"), ("qwen2_audio", "tiny"), ("glm_asr", "tiny"),
-            ("qwen2_5_omni", "tiny"), ("voxtral", "tiny")]
-
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=lambda f: f"{f[0]}-{f[1]}")
 def policy(request, tiny_corpus, tmp_path_factory):
-    from asr_rl.models.builders import init_model
-
     arch, size = request.param
-    folder = init_model(arch, size, [tiny_corpus / "train.jsonl"], tmp_path_factory.mktemp(arch) / arch)
-    policy = AudioPolicy.from_pretrained(folder)
-    policy.freeze()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # a random LLM is near-uniform; noise makes greedy outputs varied
-        for _, p in policy.trainable_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    return policy.eval()
+    return noisy_family_policy(arch, size, tiny_corpus, tmp_path_factory.mktemp(arch), scale=0.3).eval()
 
 
 def test_alone_and_beside_longer_clips_an_utterance_gets_the_same_frames_and_states(policy, tiny_corpus):

@@ -17,24 +17,17 @@ from asr_rl.data.manifest import read_manifest
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.policy_base import PromptRow, Responses, group_index
 from asr_rl.models.sampling import SeededGumbelSampler
+from tests.models.family_checks import FAMILIES
 
 pytestmark = pytest.mark.slow
-FAMILIES = [("qwen3_asr", "tiny"), ("qwen3_asr", "tiny-real"), ("qwen2_audio", "tiny"), ("glm_asr", "tiny"),
-            ("qwen2_5_omni", "tiny"), ("voxtral", "tiny")]
 
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=lambda f: f"{f[0]}-{f[1]}")
 def policy_and_rows(request, tiny_corpus, tmp_path_factory):
-    from asr_rl.models.builders import init_model
+    from tests.models.family_checks import noisy_family_policy
 
     arch, size = request.param
-    folder = init_model(arch, size, [tiny_corpus / "train.jsonl"], tmp_path_factory.mktemp(arch) / arch)
-    policy = AudioPolicy.from_pretrained(folder)
-    policy.freeze()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # a random LLM is near-uniform; noise makes the distributions peaked and varied
-        for _, p in policy.trainable_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    policy = noisy_family_policy(arch, size, tiny_corpus, tmp_path_factory.mktemp(arch), scale=0.2)
     utts = sorted(read_manifest(tiny_corpus / "train.jsonl"), key=lambda u: u.duration or 0)
     rows = policy.encode_batch(load_batch([utts[0], utts[-1], utts[3]]))  # prompts of different lengths
     return policy, rows

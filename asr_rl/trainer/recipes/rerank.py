@@ -53,8 +53,9 @@ def rerank_transcribe(rerank: Rerank, policy, utterances: list[Utterance], batch
     for start in tqdm(range(0, len(utterances), batch_size), desc="rerank", disable=not progress, leave=False):
         chunk = utterances[start:start + batch_size]
         hidden = [dataclasses.replace(u, text=None) for u in chunk]  # the reward never reads the transcript
+        shown = {id(h): u for h, u in zip(hidden, chunk)}
         for h, label in labeller.label(hidden, bad):
-            u = chunk[hidden.index(h)]
+            u = shown[id(h)]
             results[u.id] = UtteranceResult(u.id, u.text, label["text"] or "", u.language, u.keywords,
                                             duration=u.duration or 0.0, speaker=u.speaker, context=u.context,
                                             metadata=dict(u.meta))

@@ -25,13 +25,6 @@ ONE_RANK = ["backend=ray", "distributed.actor_num_gpus_per_node=1", "rollout.dyn
             "save_steps=0", "micro_train_batch_size=8"]
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    from asr_rl.trainer.distributed.ray_utils import init_ray, shutdown_ray
-
-    init_ray(num_cpus=2, object_store_mb=256)
-    yield
-    shutdown_ray()
 
 
 def _run(cfg):

@@ -18,14 +18,6 @@ from asr_rl.trainer.run.metrics import read_metrics
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """An embedded Ray for this module, shut down after it (the next modules start their own)."""
-    from asr_rl.trainer.distributed.ray_utils import init_ray, shutdown_ray
-
-    init_ray(num_cpus=2, object_store_mb=256)
-    yield
-    shutdown_ray()
 
 
 def test_two_ranks_fill_one_folder_that_the_next_run_reads_whole(local_ray, whisper_model, tiny_corpus, tmp_path):

@@ -10,13 +10,6 @@ ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    from asr_rl.trainer.distributed.ray_utils import init_ray, shutdown_ray
-
-    init_ray(num_cpus=2, object_store_mb=256)
-    yield
-    shutdown_ray()
 
 
 def _samples(n):

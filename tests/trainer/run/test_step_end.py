@@ -176,9 +176,11 @@ def _wsd_run(max_minutes: float, step_seconds: float, caplog, decaying_seconds: 
     import logging
     import time
 
-    cfg = load_config(RunConfig, None, ["logging.progress_bar=false", "max_steps=1000",
-                                        f"max_minutes={max_minutes}", "save_steps=0", "eval_steps=0"])
-    object.__setattr__(cfg, "optim", type("O", (), {"lr_scheduler": "warmup_stable_decay", "lr_decay_ratio": 0.1})())
+    from asr_rl.trainer.configs.rl import SFTConfig
+
+    cfg = load_config(SFTConfig, None, ["logging.progress_bar=false", "max_steps=1000", f"max_minutes={max_minutes}",
+                                        "save_steps=0", "eval_steps=0", "optim.lr_scheduler=warmup_stable_decay",
+                                        "optim.lr_decay_ratio=0.1"])
     decays = []
     end = StepEnd(cfg, _Logger(), 0, "test", decay_now=decays.append, decaying=lambda: bool(decays))
     step, stopped = 0, False
