@@ -9,7 +9,8 @@
 From the same start and the same target-domain pool (held-out English accents and new Mandarin voices
 through a telephone line; about 10% of its clips hold nobody speaking, unmarked), each RL arm runs
 `--steps` updates (the demo's stage 4 settings; wall time in the run's metrics) and each SFT arm
-`--sft-steps`, once per seed in `--seeds` (the intervals pool both seeds' utterances):
+`--sft-steps`, once per seed in `--seeds` (the intervals pool both seeds' utterances); `--kl` anchors
+every RL arm to the start (one work folder per value: choose it on the target dev set):
 without transcripts
   rl_verifier             GRPO rewarded by recipes/rewards/voice_commands.py: the command grammar,
                           loops, speaking rate and the silence term (a voice-activity detector);
@@ -18,7 +19,7 @@ without transcripts
   rl_listening            what a user without a grammar has: the acoustic and silence terms;
   rl_listening_home       the same, with the labelled source corpus drawn beside the pool
                           (train_manifest_probs, source lines scored by 1 - CER too) and a KL anchor
-                          to the start (`--kl`, chosen on target dev);
+                          to the start;
   self_train              greedy pseudo-labels of the pool, then SFT on them;
   best_of_n               the best of 8 samples under the verifier with the acoustic term, then SFT;
   suta                    entropy minimisation on the pool (SUTA, Lin et al. 2022, arXiv:2203.14222):
@@ -106,16 +107,18 @@ def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
     out, pool = work / f"{arm}_s{seed}", str(target / "pool.jsonl")
     listening = {"VOICE_COMMANDS_SCORER": scorer}
     terms = f"reward.term_options={{acoustic: {{scorer: {scorer}}}}}"
+    kl = f"algo.init_kl_coef={args.kl}"
     if arm == "rl_verifier":
-        grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE], seed)
+        grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE, kl], seed)
     elif arm == "rl_verifier_listening":
-        grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE], seed, env=listening)
+        grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE, kl], seed,
+             env=listening)
     elif arm == "rl_listening":
-        grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE], seed)
+        grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE, kl], seed)
     elif arm == "rl_listening_home":
         home = f"{Path(args.source) / 'train.jsonl'},{pool}"
         grpo(start, home, out, n, ["reward.terms={cer: 1.0, acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE,
-                                   "train_manifest_probs=[0.3, 0.7]", f"algo.init_kl_coef={args.kl}"], seed)
+                                   "train_manifest_probs=[0.3, 0.7]", kl], seed)
     elif arm == "suta":  # zero advantages (a constant reward, every group kept): only the entropy term acts
         grpo(start, pool, out, n, ["reward.terms={repetition: 0.0}", "rollout.dynamic_filtering=false",
                                    "rollout.n_samples_per_prompt=2", "rollout.reference_in_group=false",
@@ -151,7 +154,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=250, help="each RL arm's updates")
     p.add_argument("--sft-steps", type=int, default=1500, help="each SFT arm's steps (16 utterances a step)")
     p.add_argument("--seeds", default="42,2", help="each trained arm once per seed")
-    p.add_argument("--kl", type=float, default=0.05, help="rl_listening_home: the KL coefficient to the start")
+    p.add_argument("--kl", type=float, default=0.0,
+                   help="every RL arm but suta: the KL coefficient to the start (choose it on target dev)")
     p.add_argument("--arms", default=",".join(a for a in ARMS if a not in LABELLED), help=f"of {', '.join(ARMS)}")
     p.add_argument("--summary-only", action="store_true",
                    help="train and decode nothing: the tables of the models and evaluations already there")

@@ -7,29 +7,41 @@ which may hold slots themselves (`phone: ["{first} {digit} {digit} ..."]`). The 
 to a word automaton (acyclic: a command grammar has no loops), and `distance` is the edit distance
 between the hypothesis' words and the closest sentence the automaton accepts (approximate regular
 expression matching, Wagner 1974; Myers & Miller 1989): one dynamic-programming row over the
-automaton's states per hypothesis word, O(words x edges).
+automaton's states per hypothesis word, O(words x edges). A script written without spaces
+(Mandarin) is matched by character: `WordGrammar(..., split=characters)`.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 _SLOT = re.compile(r"^\{(\w+)\}(\??)$")
+_CHARACTER = re.compile(r"\{\w+\}\??|\S")
+
+
+def characters(text: str) -> list[str]:
+    """The tokens of a script written without spaces: each character, a `{slot}` / `{slot}?` whole
+    ("把{room}的灯" -> 把, {room}, 的, 灯)."""
+    return _CHARACTER.findall(text)
 
 
 class WordGrammar:
     """Args:
         templates: sentences of words and `{slot}` / `{slot}?` tokens, e.g. `"call {name} {tail}?"`.
         slots: slot name -> its phrases (word sequences, which may use other slots).
+        split: text -> tokens, for the templates, the phrases and the hypotheses (`str.split`: words;
+            `characters`: a script without spaces).
     """
 
-    def __init__(self, templates: Iterable[str], slots: Mapping[str, Iterable[str]]):
-        self.slots = {name: [p.split() for p in phrases] for name, phrases in slots.items()}
+    def __init__(self, templates: Iterable[str], slots: Mapping[str, Iterable[str]],
+                 split: Callable[[str], list[str]] = str.split):
+        self.split = split
+        self.slots = {name: [split(p) for p in phrases] for name, phrases in slots.items()}
         self._edges: dict[tuple[int, int], set[str]] = {}
         self._eps: set[tuple[int, int]] = set()
         self._n = 2  # state 0 starts every sentence, state 1 ends it
         for template in templates:
-            self._add(template.split(), 0, 1, ())
+            self._add(split(template), 0, 1, ())
         self._order = self._topological()
         self._free: dict[int, list[tuple[int, int]]] = {}  # state -> (next, cost) of the moves that read nothing
         for u, v in self._eps:
@@ -108,7 +120,7 @@ class WordGrammar:
         return int(cost[1])
 
     def score(self, text: str) -> float:
-        """1 - distance / words, floored at 0: 1 for a sentence of the grammar, partial credit for a
+        """1 - distance / tokens, floored at 0: 1 for a sentence of the grammar, partial credit for a
         near one, 0 for an empty transcript or one the grammar cannot explain."""
-        words = text.split()
+        words = self.split(text)
         return max(0.0, 1.0 - self.distance(words) / len(words)) if words else 0.0

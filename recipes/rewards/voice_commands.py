@@ -5,13 +5,14 @@ hypothesis by what a valid command looks like, seeing only the hypothesis, the l
 (the app's contacts, rooms and devices, when the manifest line carries them) and the domain's
 lexicon; never the reference or its keywords.
 
-- `command_validity`: the English command grammar as templates (turn on the kitchen lights, call a
-  contact at a seven-digit number, set an alarm for a clock time, ...), its slots filled from the
-  lexicon and the line's entity list; 1 for a command the grammar holds, partial credit by word
-  edits to the nearest one (`asr_rl.rewards.grammar.WordGrammar`), 0 for an empty transcript.
-  Phone numbers are seven digits not starting with zero or one; times are hours 1-12 with "oh five"
-  or "thirty" minutes; percentages, degrees and volume levels are in their ranges. None (does not
-  apply) for other languages.
+- `command_validity`: the English and Mandarin command grammars as templates (turn on the kitchen
+  lights, call a contact at a seven-digit number, set an alarm for a clock time, ...; 把客厅的灯打开,
+  拨打五五五一二三四, 七点半叫我起床), their slots filled from the lexicon and the line's entity list;
+  1 for a command the grammar holds, partial credit by edits to the nearest one, in words for
+  English and in characters for Mandarin (`asr_rl.rewards.grammar.WordGrammar`), 0 for an empty
+  transcript. Phone numbers are seven digits not starting with zero or one; times are hours 1-12;
+  percentages, degrees and volume levels are in their ranges. None (does not apply) for other
+  languages.
 - `no_loops`: minus the share of repeated word trigrams (a hallucination loop).
 - `speaking_rate`: characters per second of audio within a plausible band (an empty or runaway
   transcript falls outside it).
@@ -28,9 +29,10 @@ function listens: `acoustic`, exp(log P(hypothesis | audio) / frames) under that
 import os
 from functools import lru_cache
 
+from asr_rl.data.synth import grammar_zh as zh
 from asr_rl.data.synth.grammar_en import DEVICES, MESSAGES, NAMES, ROOMS, number_words
 from asr_rl.rewards.base import Sample
-from asr_rl.rewards.grammar import WordGrammar
+from asr_rl.rewards.grammar import WordGrammar, characters
 from asr_rl.rewards.normalize import normalize_text
 from asr_rl.rewards.silence import speech_seconds
 from asr_rl.rewards.terms import repeated_ngram_share, speaking_rate_term
@@ -64,20 +66,40 @@ SLOTS = {
     "amount": [number_words(a) for a in (1, 2, 3, 5, 10, 15, 20, 25, 30, 45, 90)],
     "unit": ["minute", "second", "hour"], "units": ["minute", "minutes", "second", "seconds", "hour", "hours"],
 }
-_GRAMMAR = WordGrammar(TEMPLATES, SLOTS)
-_WITH_ENTITIES: dict[tuple[str, ...], WordGrammar] = {}  # one grammar per distinct entity list
+# The Mandarin commands, matched by character (numbers as Chinese numerals: 拨打五五五一二三四, 七点半)
+TEMPLATES_ZH = (
+    "打开{room}的{device}", "关闭{room}的{device}", "把{room}的{device}打开", "把{room}的{device}关掉",
+    "把{room}的空调调到{degrees}度", "把{room}的灯调到百分之{percent}",
+    "给{name}打电话", "打电话给{name}", "呼叫{name}", "拨打{phone}", "给{name}发消息说{message}", "给{name}发微信",
+    "设置{when}?{clock}的闹钟", "{when}?{clock}叫我起床", "定一个{when}?{clock}的闹钟",
+    "设置{amount}{unit}的计时器", "设置一个{amount}{unit}的计时器", "倒计时{amount}{unit}",
+    "提醒我{when}?{clock}给{name}打电话", "把音量调到{level}",
+)
+SLOTS_ZH = {
+    "room": list(zh.ROOMS), "device": list(zh.DEVICES), "name": list(zh.NAMES), "message": list(zh.MESSAGES),
+    "degrees": [zh.zh_number(d) for d in range(16, 29)], "percent": [zh.zh_number(p) for p in range(10, 100, 10)],
+    "level": [zh.zh_number(v) for v in range(1, 11)],
+    "digit": list(zh.DIGITS), "first_digit": list(zh.DIGITS[2:]), "phone": ["{first_digit}" + "{digit}" * 6],
+    "when": [w for w in zh.WHEN if w], "clock": ["{hour}点{minute}?"],
+    "hour": [zh.zh_number(h, counting=True) for h in range(1, 13)],
+    "minute": ["半"] + [f"零{d}分" for d in zh.DIGITS[1:]] + [zh.zh_number(m) + "分" for m in range(10, 60)],
+    "amount": [zh.zh_number(a, counting=True) for a in (1, 2, 3, 5, 10, 15, 20, 30, 45)], "unit": ["分钟", "秒"],
+}
+# language -> (templates, slots, tokens): the rooms, devices and contacts a line's entity list adds to
+GRAMMARS = {"en": (TEMPLATES, SLOTS, str.split), "zh": (TEMPLATES_ZH, SLOTS_ZH, characters)}
+_GRAMMARS: dict[tuple[str, tuple[str, ...]], WordGrammar] = {}  # one per language and distinct entity list
 
 
-def _grammar(entities) -> WordGrammar:
-    """The lexicon's grammar, with the line's entity list added to the contacts, rooms and devices
+def _grammar(language: str, entities) -> WordGrammar:
+    """The language's grammar, with the line's entity list added to the contacts, rooms and devices
     (a user's own names the lexicon does not know)."""
-    extra = tuple(sorted({normalize_text(e) for e in entities or ()} - {*NAMES, *ROOMS, *DEVICES}))
-    if not extra:
-        return _GRAMMAR
-    if extra not in _WITH_ENTITIES:
-        slots = dict(SLOTS, name=[*NAMES, *extra], room=[*ROOMS, *extra], device=[*DEVICES, *extra])
-        _WITH_ENTITIES[extra] = WordGrammar(TEMPLATES, slots)
-    return _WITH_ENTITIES[extra]
+    templates, slots, split = GRAMMARS[language]
+    known = {*slots["name"], *slots["room"], *slots["device"]}
+    extra = tuple(sorted({normalize_text(e) for e in entities or ()} - known))
+    if (language, extra) not in _GRAMMARS:
+        more = {k: [*slots[k], *extra] for k in ("name", "room", "device")}
+        _GRAMMARS[language, extra] = WordGrammar(templates, {**slots, **more}, split=split)
+    return _GRAMMARS[language, extra]
 
 
 def _speech(audio) -> list[bool]:
@@ -88,7 +110,7 @@ def _speech(audio) -> list[bool]:
 def command_validity(completions, language, entities=None, audio=None, **kwargs):
     entities = entities or [None] * len(completions)
     speech = _speech(audio or [None] * len(completions))
-    return [_grammar(ents).score(normalize_text(c)) if lang == "en" and said else None
+    return [_grammar(lang, ents).score(normalize_text(c)) if lang in GRAMMARS and said else None
             for c, lang, ents, said in zip(completions, language, entities, speech)]
 
 
