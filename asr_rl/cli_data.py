@@ -70,13 +70,13 @@ def _data_check(args: argparse.Namespace) -> int:
 def _prompt_problems(model: str, tokenizer, scan) -> list[tuple[str, str]]:
     """What training and eval refuse before any model runs: a context list the prompt cannot hold
     (with room for the longest audio and eval's 96 new tokens), as (where, message)."""
-    from asr_rl.models.loading import prompt_limit
+    from asr_rl.models.facts import ModelFacts
     from asr_rl.models.tokenizer import require_prompts_fit, unwritable_chars
 
     # a list with characters the tokenizer cannot write is reported above, with those characters
     writable = [u for u in scan.utterances if not u.context or not unwritable_chars(tokenizer, [("", ", ".join(u.context))])]
     try:
-        require_prompts_fit(writable, tokenizer, prompt_limit(model), 96, f"the model {model}")
+        require_prompts_fit(writable, tokenizer, ModelFacts(model).prompt_limit, 96, f"the model {model}")
     except ValueError as e:
         where, _, message = str(e).partition(": ")[2].partition(": ")
         return [(where, message)]

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from asr_rl.config import ConfigError
+from asr_rl.models.facts import ModelFacts
 from asr_rl.data.utterance_table import durations_of
 
 log = logging.getLogger("asr_rl.train")
@@ -78,17 +79,14 @@ def size(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def plan_encoder_cache(pretrain: str | os.PathLike, model_cfg, utts: list, augment, sample_rate: int,
+def plan_encoder_cache(pretrain: ModelFacts | str | os.PathLike, model_cfg, utts: list, augment, sample_rate: int,
                        draws: int | None = None, eval_utts: list = ()) -> CachePlan:
-    """The cache size for `utts` (manifest rows) encoded by the model in `pretrain`, with the
-    run's `model` and `augment` settings, for a run that draws at most `draws` utterances, plus the
-    rows of `eval_utts` (the dev set the run evaluates: clean audio, one row each)."""
-    from asr_rl.models.families import spec_for
-    from asr_rl.models.weights import read_model_config
-
-    config = read_model_config(pretrain)
-    spec = spec_for(config.model_type)
-    processor = spec.load_processor(pretrain)
+    """The cache size for `utts` (manifest rows) encoded by the model in `pretrain` (a folder, or
+    its `ModelFacts`), with the run's `model` and `augment` settings, for a run that draws at most
+    `draws` utterances, plus the rows of `eval_utts` (the dev set the run evaluates: clean audio,
+    one row each)."""
+    facts = ModelFacts.of(pretrain)
+    config, spec, processor = facts.config, facts.spec, facts.processor
     language = next((u.language for u in utts if u.language), None)
     shapes = [_prompt_shape(spec, processor, config, language, model_cfg.force_language, sample_rate, s)
               for s in (1.0, 5.0)]
@@ -152,15 +150,21 @@ def prepare_encoder_cache(pretrain, model_cfg, utts: list, augment, sample_rate:
                           draws: int | None = None, eval_manifest: str | None = None, eval_max: int = 0) -> CachePlan:
     """`plan_encoder_cache`, with the first `eval_max` (0: all) lines of `eval_manifest`, checked
     against the disk and logged: before the first step."""
-    eval_utts: list = []
-    if eval_manifest:
-        from asr_rl.data.manifest import scan_manifest
-
-        eval_utts = scan_manifest(eval_manifest, check_audio=False, text_needed_by=None).utterances
-        eval_utts = eval_utts[:eval_max] if eval_max else eval_utts
-    plan = plan_encoder_cache(pretrain, model_cfg, utts, augment, sample_rate, draws, eval_utts)
+    plan = plan_encoder_cache(pretrain, model_cfg, utts, augment, sample_rate, draws,
+                              eval_lines(eval_manifest, eval_max))
     check_encoder_cache(plan)
     return plan
 
 
-__all__ = ["CachePlan", "plan_encoder_cache", "check_encoder_cache", "prepare_encoder_cache"]
+def eval_lines(eval_manifest: str | None, eval_max: int = 0) -> list:
+    """The first `eval_max` (0: all) lines of `eval_manifest` (none without one): the dev rows a
+    run's evaluation encodes."""
+    if not eval_manifest:
+        return []
+    from asr_rl.data.manifest import scan_manifest
+
+    utts = scan_manifest(eval_manifest, check_audio=False, text_needed_by=None).utterances
+    return utts[:eval_max] if eval_max else utts
+
+
+__all__ = ["CachePlan", "plan_encoder_cache", "check_encoder_cache", "prepare_encoder_cache", "eval_lines"]

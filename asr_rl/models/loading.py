@@ -11,7 +11,8 @@ from asr_rl.config import ConfigError
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import encoder_is_pretrained
 from asr_rl.models.critic import ValueModel
-from asr_rl.models.families import FAMILIES, model_kind, spec_for
+from asr_rl.models.facts import ModelFacts
+from asr_rl.models.families import FAMILIES, spec_for
 from asr_rl.models.lora import add_lora
 from asr_rl.models.text_policy import load_text_policy
 from asr_rl.models.weights import read_model_config
@@ -19,25 +20,16 @@ from asr_rl.models.weights import read_model_config
 log = logging.getLogger("asr_rl.train")
 
 
-def require_audio_llm(path: str | Path | None, key: str = "pretrain", hint: str = "") -> None:
+def require_audio_llm(model: ModelFacts | str | Path | None, key: str = "pretrain", hint: str = "") -> None:
     """Refuse a `key` folder that is not an audio-LLM before anything reads its tokenizer (a text
     LM's would first be blamed for the manifest's characters it lacks); `hint`: what such a folder
     is for instead. A missing folder is left to `check_paths`, which names the key."""
-    if not path or not (Path(path) / "config.json").is_file():
+    model = ModelFacts.of(model)
+    if not model.exists or model.kind == "audio-LLM":
         return
-    model_type = read_model_config(path).model_type
-    kind = model_kind(model_type)
-    if kind == "audio-LLM":
-        return
-    kind = "a text LM" if kind == "causal LM" else "a model"
-    raise ConfigError(f"`{key}={path}`: this folder is {kind} ({model_type}), not an audio-LLM; audio training needs "
-                      f"one of {', '.join(FAMILIES)} (e.g. `asr-rl model init --arch qwen2_audio`){hint}")
-
-
-def prompt_limit(path: str | Path) -> int | None:
-    """The positions the LLM of the audio-LLM folder `path` takes (its `max_position_embeddings`)."""
-    config = read_model_config(path)
-    return getattr(spec_for(config.model_type).llm_config(config), "max_position_embeddings", None)
+    kind = "a text LM" if model.kind == "causal LM" else "a model"
+    raise ConfigError(f"`{key}={model.path}`: this folder is {kind} ({model.model_type}), not an audio-LLM; audio "
+                      f"training needs one of {', '.join(FAMILIES)} (e.g. `asr-rl model init --arch qwen2_audio`){hint}")
 
 
 def load_policy(path: str | Path | None, model_cfg, device: str = "cpu", sample_rate: int = 16000,

@@ -37,18 +37,19 @@ def make_reward(cfg: RewardConfig, reward_pretrain: str | None = None, device: s
     return TimedReward(WeightedReward(cfg.terms, cfg.term_options), cfg.timeout)
 
 
-def check_reward_coverage(cfg: RewardConfig, utterances: list, what: str = "train_manifest") -> None:
+def check_reward_coverage(cfg: RewardConfig, utterances: list, what: str = "train_manifest",
+                          unlabelled: tuple[int, str | None] | None = None) -> None:
     """The rule for unlabelled lines (`text` absent: `Utterance.text is None`), checked before any
     model loads: each line gets the built-in terms it can be scored by. Refused, naming the term and
     the first such line: a pool with unlabelled lines whose terms all need the reference (those
     lines would get no reward), and a term that needs the reference when no line has one (it would
     never apply). A reward file or server gets None as those lines' reference and decides itself; a
-    judge never reads one."""
+    judge never reads one. `unlabelled`: `count_unlabelled(utterances)` when the caller has it."""
     from asr_rl.rewards.terms import TERMS
 
     if cfg.file or cfg.remote_url or cfg.judge or not cfg.terms:
         return
-    n_unlabelled, first = count_unlabelled(utterances)
+    n_unlabelled, first = unlabelled or count_unlabelled(utterances)
     if not n_unlabelled:
         return
     needy = [t for t in cfg.terms if TERMS.spec(t).needs_reference]

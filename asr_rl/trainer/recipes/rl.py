@@ -47,54 +47,25 @@ def run_rl(cfg: RLConfig, algo: str) -> Path:
 
 
 def run_audio_rl(cfg: RLConfig, algo: str = "grpo") -> Path:
-    from asr_rl.data.batching import BatchLoader
-    from asr_rl.models.cache_plan import prepare_encoder_cache
-    from asr_rl.models.codec import ResponseCodec
-    from asr_rl.models.tokenizer import require_prompts_fit, require_writable
+    """The run's facts gathered once (`RunPlan`) and checked in one line (`preflight`) before any
+    model loads; then the loader, the workers and the loop."""
     from asr_rl.data.augment import VariantAugmenter
-    from asr_rl.models.loading import prompt_limit, require_audio_llm
+    from asr_rl.data.batching import BatchLoader
+    from asr_rl.models.loading import require_audio_llm
+    from asr_rl.trainer.run.plan import RunPlan, preflight
     from asr_rl.trainer.run.setup import setup_run
 
-    require_audio_llm(cfg.pretrain, hint="; a text LM trains on prompts: prompt_data=PATH without train_manifest")
+    plan = RunPlan(cfg)
+    require_audio_llm(plan.model, hint="; a text LM trains on prompts: prompt_data=PATH without train_manifest")
     with setup_run(cfg) as ctx:
-        if not cfg.train_manifest:
-            raise ValueError("`train_manifest` is not set; pass train_manifest=PATH (or prompt_data=PATH for text)")
-        utts, sizes = read_datasets(cfg)
-        check_unlabelled(cfg, utts)
-        # a reference the model cannot write caps its reward whatever it learns (and is a CE target)
-        tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
-        require_writable(utts, tokenizer)
-        require_prompts_fit(utts, tokenizer, prompt_limit(cfg.pretrain), cfg.rollout.max_new_tokens, "train_manifest")
-        loader = BatchLoader(utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+        preflight(cfg, plan)
+        loader = BatchLoader(plan.utts, cfg.rollout.rollout_batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                              sample_rate=cfg.data.sample_rate, augmenter=VariantAugmenter(cfg.augment, cfg.seed),
-                             decode_workers=cfg.data.decode_workers,
-                             sampler=datasets_sampler(cfg, sizes))
-        cache = prepare_encoder_cache(cfg.pretrain, cfg.model, utts, cfg.augment, cfg.data.sample_rate,
-                                      draws=cfg.max_steps * cfg.rollout.rollout_batch_size,
-                                      eval_manifest=cfg.eval_manifest, eval_max=cfg.eval.eval_max_samples)
+                             decode_workers=cfg.data.decode_workers, sampler=datasets_sampler(cfg, plan.sizes))
         workers = build_backend(cfg, ctx, algo)  # starts Ray first when backend=ray
-        workers.report_memory(longest_prompt(utts), ctx.device, cache.ram_bytes)  # before the first step
+        workers.report_memory(plan.longest, ctx.device, plan.cache.ram_bytes)  # before the first step
         eval_fn = (lambda: workers.evaluate(cfg.eval_manifest, cfg.eval, cfg.data)) if cfg.eval_manifest else None
         return run_loop(cfg, ctx, loader, workers, make_reward(cfg), eval_fn)
-
-
-def read_datasets(cfg: RLConfig):
-    """The utterances of `train_manifest`'s datasets (`a.jsonl,b.jsonl`: one after another in one
-    packed table) and each dataset's size."""
-    from asr_rl.data.manifest import read_manifest
-    from asr_rl.data.mixture import split_paths
-    from asr_rl.data.utterance_table import UtteranceTable
-
-    parts = [read_manifest(p, min_duration=cfg.data.min_duration, max_duration=cfg.data.max_duration,
-                           text_needed_by=None, options=cfg.data, trust_durations=True)
-             for p in split_paths(cfg.train_manifest)]
-    if len(parts) == 1:
-        return parts[0], [len(parts[0])]
-    table = UtteranceTable()
-    for part in parts:
-        for u in part:
-            table.append(u)
-    return table, [len(p) for p in parts]
 
 
 def datasets_sampler(cfg: RLConfig, sizes: list[int]):
@@ -108,34 +79,6 @@ def datasets_sampler(cfg: RLConfig, sizes: list[int]):
         return build_sampler(cfg.data, sizes[0], b, cfg.seed)
     return build_mixture(lambda n, batch, seed: build_sampler(cfg.data, n, batch, seed), sizes,
                          check_probs(cfg.train_manifest_probs, len(sizes)), b, cfg.seed)
-
-
-def check_unlabelled(cfg: RLConfig, utts) -> None:
-    """Unlabelled lines (no `text`) train under a reward that needs no transcript; what else reads
-    the transcripts refuses them, naming the setting and the first such line."""
-    from asr_rl.rewards.pipeline import check_reward_coverage, count_unlabelled
-
-    n_unlabelled, first = count_unlabelled(utts)
-    if not n_unlabelled:
-        return
-    for key, on in (("rollout.reference_in_group", cfg.rollout.reference_in_group), ("algo.sft_coef", cfg.algo.sft_coef > 0)):
-        if on:
-            raise ValueError(f"train_manifest: {key} needs each line's transcript and {first} has none "
-                             f"({n_unlabelled} of {len(utts)} lines are unlabelled); turn it off for unlabelled audio")
-    check_reward_coverage(cfg.reward, utts)
-
-
-def longest_prompt(utts):
-    """An utterance whose prompt is at least as long as any of `utts`': the longest audio with the
-    longest context list (the memory estimate's prompt length)."""
-    import dataclasses
-
-    from asr_rl.data.utterance_table import context_chars_of, durations_of
-
-    # from the index's columns: two rows decoded, not all of them (the same picks as max() over the
-    # rows: the first longest; a list's characters order lists as their ", "-joined lengths do)
-    longest = utts[int(durations_of(utts).argmax())]
-    return dataclasses.replace(longest, context=utts[int(context_chars_of(utts).argmax())].context)
 
 
 def run_text_rl(cfg: RLConfig, algo: str = "grpo") -> Path:

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from asr_rl.data.batching import AudioBatch, BatchLoader
 from asr_rl.data.manifest import read_manifest
 from asr_rl.data.utterance_table import column_of
-from asr_rl.models.codec import ResponseCodec
 from asr_rl.models.tokenizer import require_prompts_fit, require_writable, token_ids, token_lengths
 from asr_rl.data.augment import VariantAugmenter, mask_states, spec_augment
 from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, restore_policy_weights, rng_state,
@@ -29,7 +28,8 @@ from asr_rl.trainer.run.checkpoint import (load_state, policy_resume_weights, re
 from asr_rl.trainer.update.ppo import TrainingDiverged
 from asr_rl.trainer.update.strategy import LocalStrategy
 from asr_rl.models.cache_plan import prepare_encoder_cache
-from asr_rl.models.loading import load_policy, prompt_limit, require_audio_llm
+from asr_rl.models.facts import ModelFacts
+from asr_rl.models.loading import load_policy, require_audio_llm
 from asr_rl.trainer.run.setup import make_logger, setup_run
 from asr_rl.trainer.run.early_stopping import EarlyStopping
 from asr_rl.trainer.run.step_end import StepEnd
@@ -94,16 +94,16 @@ def train_sft(cfg: SFTConfig):
     """Run SFT to `max_steps` (or `max_minutes`, or early stopping's end), checkpointing and
     evaluating as configured; returns `final/` (the last weights; with early stopping the best on
     dev are in `best/`)."""
-    require_audio_llm(cfg.pretrain)
+    model = ModelFacts(cfg.pretrain)  # its config, family and tokenizer read once for the checks
+    require_audio_llm(model)
     with setup_run(cfg) as ctx:
         utts = read_manifest(_required(cfg.train_manifest, "train_manifest"), min_duration=cfg.data.min_duration,
                              max_duration=cfg.data.max_duration, text_needed_by="SFT",
                              options=cfg.data, trust_durations=True)  # headers are opened only where a row has no duration
-        tokenizer = ResponseCodec.from_pretrained(cfg.pretrain).tokenizer
-        require_writable(utts, tokenizer)
+        require_writable(utts, model.tokenizer)
         # the reference is the response: the longest one bounds what the prompt leaves room for
-        longest = max(token_lengths(tokenizer, set(column_of(utts, "text"))).values()) + 1
-        require_prompts_fit(utts, tokenizer, prompt_limit(cfg.pretrain), longest, "train_manifest")
+        longest = max(token_lengths(model.tokenizer, set(column_of(utts, "text"))).values()) + 1
+        require_prompts_fit(utts, model.tokenizer, model.prompt_limit, longest, "train_manifest")
         policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
         ctc_head = _make_ctc_head(policy, cfg, ctx.device, utts)
         params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
@@ -114,7 +114,7 @@ def train_sft(cfg: SFTConfig):
                              sample_rate=cfg.data.sample_rate, bucket_batches=cfg.data.bucket_batches,
                              augmenter=VariantAugmenter(augment, cfg.seed), decode_workers=cfg.data.decode_workers)
         if policy.encoder_frozen:  # its size in the log, and a stop now when its disk is not there
-            _plan_cache(cfg, utts, augment)
+            _plan_cache(cfg, model, utts, augment)
         step, state = 0, None
         if ctx.resume_from is not None:
             step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
@@ -151,8 +151,8 @@ def train_sft(cfg: SFTConfig):
         return save_final(ctx.output_dir, policy.save_pretrained)
 
 
-def _plan_cache(cfg: SFTConfig, utts, augment) -> None:
-    prepare_encoder_cache(cfg.pretrain, cfg.model, utts, augment, cfg.data.sample_rate,
+def _plan_cache(cfg: SFTConfig, model: ModelFacts, utts, augment) -> None:
+    prepare_encoder_cache(model, cfg.model, utts, augment, cfg.data.sample_rate,
                           draws=cfg.max_steps * cfg.train_batch_size, eval_manifest=cfg.eval_manifest,
                           eval_max=cfg.eval.eval_max_samples)
 

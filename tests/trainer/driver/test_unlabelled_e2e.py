@@ -81,7 +81,8 @@ def test_sft_and_eval_refuse_unlabelled_lines_naming_the_first(tiny_model, tiny_
 
 def test_a_labelled_home_set_beside_an_unlabelled_pool_by_their_probabilities(tiny_model, tiny_corpus, tmp_path):
     from asr_rl.data.manifest import read_manifest
-    from asr_rl.trainer.recipes.rl import datasets_sampler, read_datasets
+    from asr_rl.trainer.recipes.rl import datasets_sampler
+    from asr_rl.trainer.run.plan import read_datasets
 
     pool = _pool(tiny_corpus, tmp_path / "pool") / "train.jsonl"
     home = tiny_corpus / "train.jsonl"

@@ -101,7 +101,7 @@ def test_the_memory_estimate_s_prompt_is_the_longest_audio_with_the_longest_cont
     import dataclasses
 
     from asr_rl.data.manifest import read_manifest
-    from asr_rl.trainer.recipes.rl import longest_prompt
+    from asr_rl.trainer.run.plan import longest_prompt
     from asr_rl.trainer.run.memory import prompt_length
 
     utts = read_manifest(tiny_corpus / "train.jsonl")
