@@ -53,23 +53,15 @@ def test_grammar_mistakes_are_named():
         WordGrammar(["{a}"], {"a": ["x {a}"]})
 
 
-def test_the_verifier_passes_every_sentence_the_demo_grammar_speaks():
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_verifier_passes_every_sentence_the_demo_grammars_speak(language):
     from asr_rl.data.synth.grammar_en import sample_english
-
-    reward = load_reward_file(VERIFIER)
-    rng = np.random.default_rng(0)
-    texts = [sample_english(rng).text for _ in range(400)]
-    out = reward([Sample(t, None, "en", duration=2.0) for t in texts])
-    assert out.terms["command_validity"] == [1.0] * len(texts)
-
-
-def test_the_verifier_passes_every_mandarin_sentence_the_demo_grammar_speaks():
     from asr_rl.data.synth.grammar_zh import sample_mandarin
 
-    reward = load_reward_file(VERIFIER)
+    sample = {"en": sample_english, "zh": sample_mandarin}[language]
     rng = np.random.default_rng(0)
-    texts = [sample_mandarin(rng).text for _ in range(400)]
-    out = reward([Sample(t, None, "zh", duration=2.0) for t in texts])
+    texts = [sample(rng).text for _ in range(400)]
+    out = load_reward_file(VERIFIER)([Sample(t, None, language, duration=2.0) for t in texts])
     assert out.terms["command_validity"] == [1.0] * len(texts)
 
 
