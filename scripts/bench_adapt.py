@@ -17,7 +17,9 @@ without transcripts
   rl_verifier_listening   the same with the acoustic term beside it (`--scorer`: how well the
                           hypothesis fits the audio under a CTC scorer on the frozen encoder);
   rl_listening            what a user without a grammar has: the acoustic and silence terms;
-  rl_listening_home       the same, with the labelled source corpus drawn beside the pool
+  rl_listening_judge      the same with a judge beside them (`--judge`: a reward model trained on
+                          the source transcripts against corrupted copies, `data judge-pairs`);
+  rl_listening_home       the same as rl_listening, with the labelled source corpus drawn beside the pool
                           (train_manifest_probs, source lines scored by 1 - CER too) and a KL anchor
                           to the start;
   self_train              greedy pseudo-labels of the pool, then SFT on them;
@@ -47,7 +49,7 @@ from bench_common import FIXED_TIME_SFT, run
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = str(ROOT / "recipes/rewards/voice_commands.py")
-RL_ARMS = ("rl_verifier", "rl_verifier_listening", "rl_listening", "rl_listening_home", "suta")
+RL_ARMS = ("rl_verifier", "rl_verifier_listening", "rl_listening", "rl_listening_judge", "rl_listening_home", "suta")
 SFT_ARMS = ("self_train", "best_of_n")
 LABELLED = ("rl_cer", "sft")
 ARMS = (*RL_ARMS, *SFT_ARMS, "rerank", *LABELLED)
@@ -115,6 +117,11 @@ def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
              env=listening)
     elif arm == "rl_listening":
         grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE, kl], seed)
+    elif arm == "rl_listening_judge":
+        judge = str(Path(args.judge).resolve())
+        grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0, judge: 1.0}", *LABEL_FREE, kl,
+                                   f"reward.term_options={{acoustic: {{scorer: {scorer}}}, judge: {{model: {judge}}}}}"],
+             seed)
     elif arm == "rl_listening_home":
         home = f"{Path(args.source) / 'train.jsonl'},{pool}"
         grpo(start, home, out, n, ["reward.terms={cer: 1.0, acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE,
@@ -150,6 +157,7 @@ def main() -> None:
     p.add_argument("--target", default="data/target_domain")
     p.add_argument("--source", default="data/demo_corpus_3000")
     p.add_argument("--scorer", default="exp/scorer/demo/final", help="an `asr-rl train scorer` folder")
+    p.add_argument("--judge", default="exp/judge/rm/final", help="rl_listening_judge: an `asr-rl train rm` folder")
     p.add_argument("--work", default="exp/bench_adapt")
     p.add_argument("--steps", type=int, default=250, help="each RL arm's updates")
     p.add_argument("--sft-steps", type=int, default=1500, help="each SFT arm's steps (16 utterances a step)")

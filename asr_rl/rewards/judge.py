@@ -9,9 +9,12 @@ baseline makes their scale irrelevant.
 """
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from pathlib import Path
 
 from asr_rl.data.judge_pairs import judge_prompt
+from asr_rl.rewards.base import RewardError, Sample
 from asr_rl.rewards.reward_model import RewardModelReward
 
 
@@ -19,3 +22,18 @@ def JudgeReward(path: str | Path, device: str = "cpu") -> RewardModelReward:  # 
     """The reward model in `path` as a judge: reward = its score of `judge_prompt(context)` and the
     hypothesis (the same rendering `data judge-pairs` wrote for `train rm`); it reads no reference."""
     return RewardModelReward(path, device, prompt=lambda s: judge_prompt(s.context), kind="judge")
+
+
+@lru_cache(maxsize=2)
+def _judge(path: str) -> RewardModelReward:
+    return JudgeReward(path)
+
+
+def judge_scores(samples: list[Sample], model: str | None) -> list[float]:
+    """The `judge` term (registered in terms.py): sigmoid of the judge's score, in (0, 1) so that it
+    weighs as the other terms do (under the Bradley-Terry model `train rm` fits, the probability that
+    the transcript is preferred to one the judge scores 0); one judge per folder, loaded once."""
+    if model is None:
+        raise RewardError("the judge term needs its folder: reward.term_options={judge: {model: DIR}} "
+                          "(made by `asr-rl train rm` on `asr-rl data judge-pairs`)")
+    return [1.0 / (1.0 + math.exp(-r)) for r in _judge(str(Path(model).resolve()))(samples).rewards]

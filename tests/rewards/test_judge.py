@@ -143,3 +143,23 @@ def test_judge_pairs_from_a_pool_without_transcripts_names_the_file_and_why(tmp_
     err = capsys.readouterr().err
     assert f"{pool}: none of its 2 lines has a `text` (unlabelled audio?)" in err and "one sentence a line" in err
     assert not (tmp_path / "p.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_the_judge_as_a_term_beside_others_is_the_sigmoid_of_its_score(judge):
+    import math
+
+    from asr_rl.rewards.base import RewardError, Sample
+    from asr_rl.rewards.config import RewardConfig
+    from asr_rl.rewards.pipeline import load_reward_spec, make_reward
+    from asr_rl.rewards.terms import judge_term
+
+    folder, held_out = judge
+    samples = [Sample(held_out[0]["chosen"], None, "en"), Sample(held_out[0]["rejected"], None, "en")]
+    alone = load_reward_spec(f"judge:{folder}")(samples).rewards
+    both = make_reward(RewardConfig(terms={"judge": 1.0, "repetition": 0.5},
+                                    term_options={"judge": {"model": str(folder)}}))(samples)
+    assert both.terms["judge"] == pytest.approx([1 / (1 + math.exp(-r)) for r in alone])
+    assert both.rewards == pytest.approx([j + 0.5 * r for j, r in zip(both.terms["judge"], both.terms["repetition"])])
+    with pytest.raises(RewardError, match=r"the judge term needs its folder: reward.term_options=\{judge: \{model: DIR\}\}"):
+        judge_term(samples)
