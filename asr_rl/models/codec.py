@@ -22,8 +22,6 @@ class ResponseCodec:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, force_language: bool = False) -> "ResponseCodec":
-        from transformers import AutoTokenizer
-
         from asr_rl.models.families import is_audio_llm, spec_for
         from asr_rl.models.weights import read_model_config
 
@@ -31,7 +29,9 @@ class ResponseCodec:
         if is_audio_llm(model_type):
             spec = spec_for(model_type)
             return cls(spec.load_processor(path).tokenizer, spec, force_language)
-        return cls(AutoTokenizer.from_pretrained(path))
+        from asr_rl.models.tokenizer import load_tokenizer
+
+        return cls(load_tokenizer(path))
 
     def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
         """Rows of ids (with a 0/1 mask) -> text, EOS and padding dropped, other special tokens kept."""

@@ -29,13 +29,15 @@ class TextPolicy(CausalPolicy):
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                         **kwargs) -> "TextPolicy":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from asr_rl.models.tokenizer import load_tokenizer
 
         config = read_model_config(path)
         if not any(a.endswith("ForCausalLM") for a in (config.architectures or [])):
             raise ValueError(f"{path} holds a {config.architectures} model, not a causal LM")
         model = load_strict(AutoModelForCausalLM, path, dtype).to(device)
-        return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
+        return cls(model, load_tokenizer(path), **kwargs)
 
     def body(self) -> nn.Module:
         return self.model.base_model

@@ -134,6 +134,30 @@ def build_char_tokenizer(texts: Iterable[str], spec: TokenizerSpec | None = None
     return tok
 
 
+def is_char_vocabulary(path: str | Path) -> bool:
+    """Whether the folder's `tokenizer.json` is a character vocabulary (`build_char_tokenizer`'s: a
+    BPE without merges or pre-tokenizer)."""
+    file = Path(path) / "tokenizer.json"
+    if not file.is_file():
+        return False
+    spec = json.loads(file.read_text(encoding="utf-8"))
+    model = spec.get("model") or {}
+    return model.get("type") == "BPE" and not model.get("merges") and spec.get("pre_tokenizer") is None
+
+
+def load_tokenizer(path: str | Path):
+    """A text model folder's tokenizer. A character vocabulary loads as its `tokenizer.json` says:
+    `AutoTokenizer` would take the model type's class (transformers 5: `Qwen2Tokenizer` for a qwen2
+    folder), whose byte-level pre-tokenizer drops the spaces, newlines and every non-ASCII
+    character of such a vocabulary (a judge would read "call anna" as "callanna" and Mandarin as
+    nothing). Any other folder loads with `AutoTokenizer`."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if is_char_vocabulary(path):
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
 def unwritable_chars(tokenizer, texts: Iterable[tuple[str, str]]) -> list[tuple[str, list[str]]]:
     """The `(where, text)` pairs whose text holds characters `tokenizer` cannot write, with those
     characters: a character is writable when decoding its encoding gives it back. A character

@@ -11,7 +11,9 @@ from asr_rl.rewards.base import RewardOutput, Sample, check_output
 
 
 def load_reward_model(path: str | Path, device: str = "cpu"):
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from asr_rl.models.tokenizer import load_tokenizer
 
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -21,7 +23,7 @@ def load_reward_model(path: str | Path, device: str = "cpu"):
         raise ValueError(f"{path} holds a {config.architectures} model; a reward model is a "
                          "*ForSequenceClassification model with one label (train one with `asr-rl train rm`)")
     model = AutoModelForSequenceClassification.from_pretrained(path).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     return model, tokenizer
 
 

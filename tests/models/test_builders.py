@@ -92,3 +92,27 @@ def test_init_refuses_bad_arguments(tiny_corpus, tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(FileExistsError, match="not empty"):
         init_model("qwen3_asr", "tiny", [tiny_corpus / "train.jsonl"], tmp_path / "full")
+
+
+def test_a_text_lm_s_character_vocabulary_survives_saving_and_every_loader(tmp_path):
+    """transformers 5 loads a qwen2 folder's tokenizer as `Qwen2Tokenizer`, whose byte-level
+    pre-tokenizer dropped the spaces, newlines and Mandarin of a character vocabulary; every loader
+    of a text model (policy, reward model, judge) now reads the vocabulary as built."""
+    import json
+
+    from asr_rl.models.builders import init_model
+    from asr_rl.models.text_policy import TextPolicy
+    from asr_rl.models.tokenizer import load_tokenizer
+    from asr_rl.rewards.reward_model import load_reward_model
+    from asr_rl.trainer.recipes.rm import load_rm_from_lm
+
+    (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "打开灯 call anna\nnow"}) + "\n")
+    lm = init_model("qwen2", "tiny", [tmp_path / "p.jsonl"], tmp_path / "lm")
+    text = "打开灯 call anna\nnow"
+    rm, rm_tokenizer = load_rm_from_lm(str(lm))
+    rm.save_pretrained(tmp_path / "rm")
+    rm_tokenizer.save_pretrained(tmp_path / "rm")
+    for tokenizer in (load_tokenizer(lm), TextPolicy.from_pretrained(lm).tokenizer, rm_tokenizer,
+                      load_reward_model(tmp_path / "rm")[1]):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert len(ids) == len(text) and tokenizer.decode(ids) == text  # one id a character, nothing dropped

@@ -52,9 +52,11 @@ class PairOrder:
 
 def load_rm_from_lm(path: str):
     """A `*ForSequenceClassification` (1 label) with the causal LM's body and a fresh score head."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    from asr_rl.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
     if model.config.pad_token_id is None:  # the classifier reads the last non-pad token
         model.config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
