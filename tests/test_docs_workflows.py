@@ -118,3 +118,20 @@ def test_each_workflow_page_s_commands_run_at_tiny_scale(page, model, tiny_corpu
         assert res.returncode == 0, (page.name, command, res.stdout[-1500:], res.stderr[-3000:])
         out = _output(argv)
         assert out is None or (tmp_path / out).exists(), (page.name, command, f"wrote no {out}")
+
+
+def test_the_cluster_page_s_recipe_settings_load_as_the_recipe_passes_them(monkeypatch):
+    """Its run needs a Ray cluster with GPUs; what it sets is checked here: the environment the recipe
+    maps onto `asr-rl train grpo` and the overrides after the stages, loaded as the recipe passes them."""
+    from asr_rl.trainer.recipes.rl import load_rl_config
+
+    block = re.findall(r"```bash\n(.*?)```", (WORKFLOWS / "gpu-cluster.md").read_text(), flags=re.S)[0]
+    words = shlex.split(re.sub(r"\\\n", " ", block))
+    env = dict(w.split("=", 1) for w in words[:words.index("bash")])
+    extra = words[words.index("bash") + 4:]  # after `bash recipes/run_grpo_from_sft.sh 0 3`
+    monkeypatch.chdir(ROOT)
+    cfg = load_rl_config("grpo", "recipes/configs/grpo_demo.yaml", [
+        f"backend={env['BACKEND'].lower()}", f"rollout.engine={env['ENGINE']}",
+        f"distributed.actor_num_gpus_per_node={env['NUM_RANKS']}", f"distributed.zero_stage={env['ZERO_STAGE']}", *extra])
+    assert (cfg.backend, cfg.rollout.engine, cfg.distributed.zero_stage) == ("ray", "vllm", 3)
+    assert cfg.rollout.rollout_batch_size == 64 and cfg.distributed.bf16
