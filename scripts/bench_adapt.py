@@ -119,8 +119,8 @@ def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
         grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE, kl], seed)
     elif arm == "rl_listening_judge":
         judge = str(Path(args.judge).resolve())
-        grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0, judge: 1.0}", *LABEL_FREE, kl,
-                                   f"reward.term_options={{acoustic: {{scorer: {scorer}}}, judge: {{model: {judge}}}}}"],
+        grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0, plausibility: 1.0}", *LABEL_FREE, kl,
+                                   f"reward.term_options={{acoustic: {{scorer: {scorer}}}, plausibility: {{model: {judge}}}}}"],
              seed)
     elif arm == "rl_listening_home":
         home = f"{Path(args.source) / 'train.jsonl'},{pool}"

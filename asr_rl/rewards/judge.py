@@ -30,10 +30,10 @@ def _judge(path: str) -> RewardModelReward:
 
 
 def judge_scores(samples: list[Sample], model: str | None) -> list[float]:
-    """The `judge` term (registered in terms.py): sigmoid of the judge's score, in (0, 1) so that it
+    """The `plausibility` term (registered in terms.py): sigmoid of the judge's score, in (0, 1) so that it
     weighs as the other terms do (under the Bradley-Terry model `train rm` fits, the probability that
     the transcript is preferred to one the judge scores 0); one judge per folder, loaded once."""
     if model is None:
-        raise RewardError("the judge term needs its folder: reward.term_options={judge: {model: DIR}} "
+        raise RewardError("the plausibility term needs its judge: reward.term_options={plausibility: {model: DIR}} "
                           "(made by `asr-rl train rm` on `asr-rl data judge-pairs`)")
     return [1.0 / (1.0 + math.exp(-r)) for r in _judge(str(Path(model).resolve()))(samples).rewards]

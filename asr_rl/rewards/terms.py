@@ -68,11 +68,12 @@ def acoustic_term(samples: list[Sample], scorer: str | None = None, encoder_cach
     return acoustic_scores(samples, scorer, encoder_cache)
 
 
-@register_term("judge", needs_reference=False)
-def judge_term(samples: list[Sample], model: str | None = None) -> list[float]:
-    """A judge's verdict on each transcript given its context list, no reference (rewards/judge.py:
-    a reward model from `asr-rl train rm` on `asr-rl data judge-pairs`, in folder `model`), squashed
-    to (0, 1); as a term it adds to the listening terms (`reward.judge=DIR` is the judge alone)."""
+@register_term("plausibility", needs_reference=False)
+def plausibility_term(samples: list[Sample], model: str | None = None) -> list[float]:
+    """How plausible a judge finds each transcript given its context list, no reference
+    (rewards/judge.py: a reward model from `asr-rl train rm` on `asr-rl data judge-pairs`, in folder
+    `model`), squashed to (0, 1); as a term it adds to the listening terms (`reward.judge=DIR` is
+    the judge alone)."""
     from asr_rl.rewards.judge import judge_scores  # torch and the judge's model, only when used
 
     return judge_scores(samples, model)

@@ -152,14 +152,14 @@ def test_the_judge_as_a_term_beside_others_is_the_sigmoid_of_its_score(judge):
     from asr_rl.rewards.base import RewardError, Sample
     from asr_rl.rewards.config import RewardConfig
     from asr_rl.rewards.pipeline import load_reward_spec, make_reward
-    from asr_rl.rewards.terms import judge_term
+    from asr_rl.rewards.terms import plausibility_term
 
     folder, held_out = judge
     samples = [Sample(held_out[0]["chosen"], None, "en"), Sample(held_out[0]["rejected"], None, "en")]
     alone = load_reward_spec(f"judge:{folder}")(samples).rewards
-    both = make_reward(RewardConfig(terms={"judge": 1.0, "repetition": 0.5},
-                                    term_options={"judge": {"model": str(folder)}}))(samples)
-    assert both.terms["judge"] == pytest.approx([1 / (1 + math.exp(-r)) for r in alone])
-    assert both.rewards == pytest.approx([j + 0.5 * r for j, r in zip(both.terms["judge"], both.terms["repetition"])])
-    with pytest.raises(RewardError, match=r"the judge term needs its folder: reward.term_options=\{judge: \{model: DIR\}\}"):
-        judge_term(samples)
+    both = make_reward(RewardConfig(terms={"plausibility": 1.0, "repetition": 0.5},
+                                    term_options={"plausibility": {"model": str(folder)}}))(samples)
+    assert both.terms["plausibility"] == pytest.approx([1 / (1 + math.exp(-r)) for r in alone])
+    assert both.rewards == pytest.approx([j + 0.5 * r for j, r in zip(both.terms["plausibility"], both.terms["repetition"])])
+    with pytest.raises(RewardError, match=r"the plausibility term needs its judge: reward.term_options=\{plausibility: \{model: DIR\}\}"):
+        plausibility_term(samples)
