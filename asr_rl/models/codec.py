@@ -22,15 +22,13 @@ class ResponseCodec:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, force_language: bool = False) -> "ResponseCodec":
-        from asr_rl.models.families import is_audio_llm, spec_for
-        from asr_rl.models.weights import read_model_config
-
-        model_type = read_model_config(path).model_type
-        if is_audio_llm(model_type):
-            spec = spec_for(model_type)
-            return cls(spec.load_processor(path).tokenizer, spec, force_language)
+        from asr_rl.models.facts import ModelFacts
+        from asr_rl.models.families import is_audio_llm
         from asr_rl.models.tokenizer import load_tokenizer
 
+        model = ModelFacts(path)
+        if is_audio_llm(model.model_type):
+            return cls(model.tokenizer, model.spec, force_language)
         return cls(load_tokenizer(path))
 
     def decode_ids(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:

@@ -12,10 +12,9 @@ from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.builders import encoder_is_pretrained
 from asr_rl.models.critic import ValueModel
 from asr_rl.models.facts import ModelFacts
-from asr_rl.models.families import FAMILIES, spec_for
+from asr_rl.models.families import FAMILIES
 from asr_rl.models.lora import add_lora
 from asr_rl.models.text_policy import load_text_policy
-from asr_rl.models.weights import read_model_config
 
 log = logging.getLogger("asr_rl.train")
 

@@ -87,16 +87,16 @@ SLOTS_ZH = {
 }
 # language -> (templates, slots, tokens): the rooms, devices and contacts a line's entity list adds to
 GRAMMARS = {"en": (TEMPLATES, SLOTS, str.split), "zh": (TEMPLATES_ZH, SLOTS_ZH, characters)}
+_LEXICON = {lang: {*slots["name"], *slots["room"], *slots["device"]} for lang, (_, slots, _) in GRAMMARS.items()}
 _GRAMMARS: dict[tuple[str, tuple[str, ...]], WordGrammar] = {}  # one per language and distinct entity list
 
 
 def _grammar(language: str, entities) -> WordGrammar:
     """The language's grammar, with the line's entity list added to the contacts, rooms and devices
     (a user's own names the lexicon does not know)."""
-    templates, slots, split = GRAMMARS[language]
-    known = {*slots["name"], *slots["room"], *slots["device"]}
-    extra = tuple(sorted({normalize_text(e) for e in entities or ()} - known))
+    extra = tuple(sorted({normalize_text(e) for e in entities or ()} - _LEXICON[language]))
     if (language, extra) not in _GRAMMARS:
+        templates, slots, split = GRAMMARS[language]
         more = {k: [*slots[k], *extra] for k in ("name", "room", "device")}
         _GRAMMARS[language, extra] = WordGrammar(templates, {**slots, **more}, split=split)
     return _GRAMMARS[language, extra]
