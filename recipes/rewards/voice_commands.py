@@ -18,7 +18,7 @@ lexicon; never the reference or its keywords.
   transcript falls outside it).
 
 - `silence`: where the voice-activity detector (silero-vad, asr_rl/rewards/silence.py) hears nobody
-  speak, +1 for an empty transcript and -1 for words; there the grammar and the speaking rate do not
+  speak, +1 for an empty transcript and -n / (n + 1) for n words; there the grammar and the speaking rate do not
   apply (None): an empty answer is the right one. None without the audio (`asr-rl eval --verifier`).
 
 What it cannot see: which of two valid commands was said ("call anna" for "call emma" passes).
@@ -34,7 +34,7 @@ from asr_rl.data.synth.grammar_en import DEVICES, MESSAGES, NAMES, ROOMS, number
 from asr_rl.rewards.base import Sample
 from asr_rl.rewards.grammar import WordGrammar, characters
 from asr_rl.rewards.normalize import normalize_text
-from asr_rl.rewards.silence import speech_seconds
+from asr_rl.rewards.silence import silence_reward, speech_seconds
 from asr_rl.rewards.terms import repeated_ngram_share, speaking_rate_term
 
 TEMPLATES = (
@@ -126,7 +126,7 @@ def speaking_rate(completions, duration, audio=None, **kwargs):
 def silence(completions, audio=None, **kwargs):
     if audio is None:
         return [None] * len(completions)
-    return [None if said else (-1.0 if normalize_text(c) else 1.0) for c, said in zip(completions, _speech(audio))]
+    return [None if said else silence_reward(c) for c, said in zip(completions, _speech(audio))]
 
 
 MIN_SPEECH = 0.3  # seconds of detected speech below which nobody speaks (the `silence` term's default)
