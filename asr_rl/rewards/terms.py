@@ -82,7 +82,7 @@ def plausibility_term(samples: list[Sample], model: str | None = None) -> list[f
 @register_term("silence", needs_reference=False, needs_audio=True)
 def silence_term(samples: list[Sample], min_speech: float = 0.3, threshold: float = 0.5) -> list[float]:
     """Where a voice-activity detector (silero-vad) hears under `min_speech` seconds of speech: +1 for
-    an empty transcript, -1 for words; 0 where somebody speaks (rewards/silence.py)."""
+    an empty transcript, -n / (n + 1) for n words; 0 where somebody speaks (rewards/silence.py)."""
     from asr_rl.rewards.silence import silence_scores  # torch and the detector, only when used
 
     return silence_scores(samples, min_speech, threshold)
