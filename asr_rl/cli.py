@@ -100,8 +100,9 @@ def _eval(args: argparse.Namespace) -> int:
     if args.compare:
         from asr_rl.evaluation.compare import run_compare
 
-        if args.rerank is not None:
-            raise ValueError("--rerank decodes a --model; --compare two eval folders of reranked decodes instead")
+        if args.rerank is not None or args.vad_filter:
+            raise ValueError("--rerank and --vad-filter decode a --model; --compare two eval folders of such "
+                             "decodes instead")
 
         run_compare(*args.compare, test_sets=sets or None, output=args.output, n_resamples=args.resamples,
                     seed=args.seed, eval_kwargs=dict(batch_size=args.batch_size, num_beams=args.num_beams,
@@ -115,13 +116,23 @@ def _eval(args: argparse.Namespace) -> int:
     report = run_eval(args.model, sets, output=args.output, batch_size=args.batch_size, num_beams=args.num_beams,
                       device=args.device, max_new_tokens=args.max_new_tokens, progress=not args.quiet,
                       dtype=args.dtype, contexts=contexts, verifier=verifier, options=read_options(args),
-                      decode=_rerank(args))
+                      decode=_decode(args))
     failed = [name for name, m in report.items() if m.failed and not m.utterances]
     if failed:  # a table of "-" is not a result: the caller's script must see it
         print(f"asr-rl: error: every utterance of {', '.join(failed)} failed (their lines and causes are in the "
               "warnings above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _decode(args: argparse.Namespace):
+    """eval's `decode`: greedy or beam (None), `--rerank`'s, either behind `--vad-filter`'s gate."""
+    rerank = _rerank(args)
+    if not args.vad_filter:
+        return rerank
+    from asr_rl.evaluation.vad_filter import VadFilter
+
+    return VadFilter(rerank, args.num_beams)
 
 
 def _rerank(args: argparse.Namespace):
@@ -227,6 +238,9 @@ def _add_run_commands(sub) -> None:
     ev.add_argument("--reward", default=None, help="--rerank: builtin:<terms>, a .py reward file, acoustic:DIR or "
                                                    "judge:DIR")
     ev.add_argument("--temperature", type=float, default=1.0, help="--rerank: sampling temperature")
+    ev.add_argument("--vad-filter", action="store_true",
+                    help="an empty transcript, not decoded, where a voice-activity detector (silero-vad) hears "
+                         "nobody speak (as faster-whisper's vad_filter)")
     ev.add_argument("--output", default=None, help="write report.json, report.md and <set>.hyps.jsonl here")
     ev.add_argument("--batch-size", type=int, default=16, help="utterances decoded together")
     ev.add_argument("--num-beams", type=int, default=1, help="beam width (1: greedy)")

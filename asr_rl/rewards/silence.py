@@ -28,12 +28,11 @@ import functools
 import re
 import threading
 
-import torch
-
 from asr_rl.rewards.base import RewardError, Sample
 from asr_rl.rewards.normalize import normalize_text
 
 VAD_SAMPLE_RATE = 16000
+MIN_SPEECH = 0.3  # seconds of detected speech below which nobody speaks
 _LOCK = threading.Lock()  # the model keeps state between windows: one detection at a time
 _WORD = re.compile(r"[\u3400-\u9fff]|[^\s\u3400-\u9fff]+")  # a Han character, or a run of anything else
 
@@ -49,6 +48,7 @@ def _vad():
 def speech_seconds(audio: str, threshold: float = 0.5) -> float:
     """Seconds of speech silero-vad finds in `audio` (a file or an audio reference, data/audio_refs.py),
     at its default 250 ms shortest speech and 100 ms shortest pause."""
+    import torch
     from silero_vad import get_speech_timestamps
 
     from asr_rl.data.audio import load_audio
@@ -65,7 +65,7 @@ def silence_reward(hypothesis: str) -> float:
     return 1.0 if n == 0 else -n / (n + 1)
 
 
-def silence_scores(samples: list[Sample], min_speech: float = 0.3, threshold: float = 0.5) -> list[float]:
+def silence_scores(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5) -> list[float]:
     """The term (module docstring) for each sample; `min_speech`: seconds of detected speech below which
     nobody speaks; `threshold`: silero-vad's speech probability threshold."""
     missing = [i for i, s in enumerate(samples) if not s.audio]

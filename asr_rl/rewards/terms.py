@@ -21,6 +21,7 @@ from asr_rl.data.languages import CHARACTER_SCORED, language_code
 from asr_rl.registry import Registry
 from asr_rl.rewards.base import RewardError, Sample
 from asr_rl.rewards.normalize import cer, char_errors, is_cjk, keyword_hits, normalize_text, wer, word_errors
+from asr_rl.rewards.silence import MIN_SPEECH, silence_scores
 
 TermFn = Callable[..., list[float]]
 
@@ -80,11 +81,9 @@ def plausibility_term(samples: list[Sample], model: str | None = None) -> list[f
 
 
 @register_term("silence", needs_reference=False, needs_audio=True)
-def silence_term(samples: list[Sample], min_speech: float = 0.3, threshold: float = 0.5) -> list[float]:
+def silence_term(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5) -> list[float]:
     """Where a voice-activity detector (silero-vad) hears under `min_speech` seconds of speech: +1 for
     an empty transcript, -n / (n + 1) for n words; 0 where somebody speaks (rewards/silence.py)."""
-    from asr_rl.rewards.silence import silence_scores  # torch and the detector, only when used
-
     return silence_scores(samples, min_speech, threshold)
 
 

@@ -34,7 +34,7 @@ from asr_rl.data.synth.grammar_en import DEVICES, MESSAGES, NAMES, ROOMS, number
 from asr_rl.rewards.base import Sample
 from asr_rl.rewards.grammar import WordGrammar, characters
 from asr_rl.rewards.normalize import normalize_text
-from asr_rl.rewards.silence import silence_reward, speech_seconds
+from asr_rl.rewards.silence import MIN_SPEECH, silence_reward, speech_seconds
 from asr_rl.rewards.terms import repeated_ngram_share, speaking_rate_term
 
 TEMPLATES = (
@@ -129,7 +129,6 @@ def silence(completions, audio=None, **kwargs):
     return [None if said else silence_reward(c) for c, said in zip(completions, _speech(audio))]
 
 
-MIN_SPEECH = 0.3  # seconds of detected speech below which nobody speaks (the `silence` term's default)
 reward_funcs = [command_validity, no_loops, speaking_rate, silence]
 reward_weights = [1.0, 0.5, 0.5, 1.0]
 
