@@ -35,7 +35,10 @@ with the pool's transcripts (`--labelled`)
 The labelling time of self_train and best_of_n is reported apart. SFT runs at the start's floor
 rate (constant), as the continuation control of bench_pretrained.py. Every model is evaluated on
 the target dev and test sets, the source test_clean (forgetting) and the non-speech set, with the
-verifier's pass rate, and compared with `asr-rl eval --compare` (paired bootstrap).
+verifier's pass rate, and compared with `asr-rl eval --compare` (paired bootstrap). `--vad-filter`
+evaluates every model, the start included, behind `asr-rl eval --vad-filter` (the silence term's
+detector in front of the model), in <work>/eval_vad: run it on a --work that holds trained arms and
+only the evaluations are new.
 """
 from __future__ import annotations
 
@@ -87,10 +90,10 @@ def labels(start: Path, pool: Path, out: Path, best_of: int = 0, env=None) -> fl
     return seconds
 
 
-def evaluate(model: Path, sets: dict[str, Path], out: Path, rerank: list[str] = (), env=None) -> dict:
+def evaluate(model: Path, sets: dict[str, Path], out: Path, extra: list[str] = (), env=None) -> dict:
     if not (out / "report.json").is_file():
         args = ["eval", "--model", str(model), "--output", str(out), "--batch-size", "32", "--quiet",
-                "--verifier", VERIFIER, *rerank]
+                "--verifier", VERIFIER, *extra]
         for name, path in sets.items():
             args += ["--test-set", f"{name}={path}"]
         run(*args, env=env)
@@ -165,6 +168,9 @@ def main() -> None:
     p.add_argument("--kl", type=float, default=0.0,
                    help="every RL arm but suta: the KL coefficient to the start (choose it on target dev)")
     p.add_argument("--arms", default=",".join(a for a in ARMS if a not in LABELLED), help=f"of {', '.join(ARMS)}")
+    p.add_argument("--vad-filter", action="store_true",
+                   help="evaluate every model behind `asr-rl eval --vad-filter` (in <work>/eval_vad; trained arms "
+                        "already there are not trained again)")
     p.add_argument("--summary-only", action="store_true",
                    help="train and decode nothing: the tables of the models and evaluations already there")
     args = p.parse_args()
@@ -178,28 +184,31 @@ def main() -> None:
     sets = {"target_dev": target / "dev.jsonl", "target_test": target / "test.jsonl",
             "source_test_clean": Path(args.source) / "test_clean.jsonl", "nonspeech": target / "nonspeech.jsonl"}
     listening = {"VOICE_COMMANDS_SCORER": str(Path(args.scorer).resolve())}
-    label_seconds, reports = {}, {"start": evaluate(Path(args.start), sets, work / "eval" / "start")}
+    evals, gate = (work / "eval_vad", ["--vad-filter"]) if args.vad_filter else (work / "eval", [])
+    label_seconds, reports = {}, {"start": evaluate(Path(args.start), sets, evals / "start", gate)}
     for seed in seeds:
         for arm in arms:
             name = f"{arm}_s{seed}"
             if args.summary_only:
-                if (work / "eval" / name / "report.json").is_file():
-                    reports[name] = json.loads((work / "eval" / name / "report.json").read_text())
+                if (evals / name / "report.json").is_file():
+                    reports[name] = json.loads((evals / name / "report.json").read_text())
                 continue
             if arm == "rerank":
-                reports[name] = evaluate(Path(args.start), sets, work / "eval" / name,
-                                         ["--rerank", "8", "--reward", VERIFIER, "--seed", str(seed)], env=listening)
+                reports[name] = evaluate(Path(args.start), sets, evals / name,
+                                         ["--rerank", "8", "--reward", VERIFIER, "--seed", str(seed), *gate],
+                                         env=listening)
                 continue
             seconds = train_arm(arm, args, work, seed)
             if seconds is not None:
                 label_seconds[arm] = seconds
-            reports[name] = evaluate(work / name / "final", sets, work / "eval" / name)
-    summarise(args, work, reports, label_seconds, seeds, arms, (time.perf_counter() - t0) / 60)
+            reports[name] = evaluate(work / name / "final", sets, evals / name, gate)
+    summarise(args, evals, reports, label_seconds, seeds, arms, (time.perf_counter() - t0) / 60)
 
 
-def summarise(args, work: Path, reports: dict, label_seconds: dict, seeds: list[int], arms: list[str],
+def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list[int], arms: list[str],
               minutes: float) -> None:
-    """Tables of each model's metrics and of paired comparisons, pooled over seeds (`pool_compare`)."""
+    """Tables of each model's metrics and of paired comparisons, pooled over seeds (`pool_compare`);
+    `evals`: the folder of the evaluations (`<work>/eval`, or `eval_vad` behind the gate)."""
     print(f"\nbench_adapt: RL {args.steps} updates, SFT {args.sft_steps} steps an arm, seeds {seeds}, from "
           f"{args.start}; labelling s: {label_seconds}; whole run {minutes:.1f} min")
     print("| model | set | CER % | ins % | loops % | kw err % | verifier pass % | non-speech halluc % |")
@@ -213,7 +222,7 @@ def summarise(args, work: Path, reports: dict, label_seconds: dict, seeds: list[
     print("|---|---|---|")
     for name, rep in reports.items():
         per = rep["test_sets"]["target_test"].get("per_language") or {}
-        kinds = keyword_kinds(work / "eval" / name)
+        kinds = keyword_kinds(evals / name)
         print(f"| {name} | {_pct((per.get('en') or {}).get('cer'))} / {_pct((per.get('zh') or {}).get('cer'))} | "
               + " / ".join(_pct(kinds.get(k)) for k in ("digit_en", "digit_zh", "name_en", "name_zh")) + " |")
     main_arm = "rl_verifier_listening"
@@ -221,14 +230,14 @@ def summarise(args, work: Path, reports: dict, label_seconds: dict, seeds: list[
                                             if c in arms and main_arm in arms and c != main_arm]
     comps = {}
     for a, b in pairs:
-        comps[(a, b)] = pool_compare(work, a, b, seeds)
+        comps[(a, b)] = pool_compare(evals, a, b, seeds)
     print("\n| B vs A | set | CER relative [95% CI] P(B better), seeds pooled | each seed |")
     print("|---|---|---|---|")
     for (a, b), c in comps.items():
         for s in ("target_dev", "target_test", "source_test_clean"):
             runs = ", ".join("-" if r is None else f"{100 * r:+.1f}%" for r in (c.get(s) or {}).get("runs", []))
             print(f"| {b} vs {a} | {s} | {interval(c.get(s))} | {runs} |")
-    (work / "summary.json").write_text(json.dumps({"label_seconds": label_seconds, "reports": reports,
+    (evals / "summary.json").write_text(json.dumps({"label_seconds": label_seconds, "reports": reports,
                                                    "compare": {f"{b}_vs_{a}": c for (a, b), c in comps.items()}},
                                                   indent=1, default=str))
 
@@ -256,13 +265,13 @@ def keyword_kinds(eval_folder: Path, name: str = "target_test") -> dict[str, flo
     return {k: miss / n for k, (miss, n) in sorted(counts.items())}
 
 
-def pool_compare(work: Path, a: str, b: str, seeds: list[int]) -> dict:
+def pool_compare(evals: Path, a: str, b: str, seeds: list[int]) -> dict:
     """B against A on each set, both seeds' utterances in one paired bootstrap (an utterance of seed
     s is paired with itself under A's seed-s model; the start is one model for every seed)."""
     from asr_rl.evaluation.compare import pooled_compare
 
     def folder(arm, seed):
-        return work / "eval" / (arm if arm == "start" else f"{arm}_s{seed}")
+        return evals / (arm if arm == "start" else f"{arm}_s{seed}")
 
     pairs = [(folder(a, s), folder(b, s)) for s in seeds if (folder(a, s) / "report.json").is_file()
              and (folder(b, s) / "report.json").is_file()]
