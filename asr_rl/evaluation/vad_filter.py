@@ -47,15 +47,16 @@ class VadFilter:
                  progress: bool = False) -> list[UtteranceResult]:
         from asr_rl.evaluation.evaluate import transcribe  # evaluate.py takes this object as its decode
 
-        speech = [u for u in utterances if self.heard(u)]
+        heard = [self.heard(u) for u in utterances]
+        speech = [u for u, h in zip(utterances, heard) if h]
         if self.decode is None:
             decoded = transcribe(policy, speech, batch_size, self.num_beams, max_new_tokens, progress)
         else:
             decoded = self.decode(policy, speech, batch_size, max_new_tokens, progress)
         log.info("--vad-filter: %d of %d utterances with nobody speaking get an empty transcript, not decoded",
                  len(utterances) - len(speech), len(utterances))
-        by_id = {id(u): r for u, r in zip(speech, decoded)}
-        return [by_id[id(u)] if id(u) in by_id else _silent(u) for u in utterances]
+        results = iter(decoded)  # in the order of `speech`, as every decode returns them
+        return [next(results) if h else _silent(u) for u, h in zip(utterances, heard)]
 
 
 def _silent(u: Utterance) -> UtteranceResult:
