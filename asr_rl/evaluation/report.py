@@ -79,32 +79,50 @@ def smoothed(values: list[float], window: int) -> list[float]:
 
 _PANELS = (("reward", lambda k: k.startswith(_TERM_PREFIX) and k != "reward/std"),
            ("KL to the reference", lambda k: k in ("kl/loss", "kl/mean")),
-           ("dev CER (eval_manifest)", lambda k: k == "eval/cer"))
+           ("dev CER (each run's eval_manifest)", lambda k: k == "eval/cer"))
 
 
-def _series(runs: dict[str, list[dict]], want, by_time: bool, starts: dict[str, float]):
-    """(label, xs, ys) of every key `want` takes, per run; a KL that is 0 throughout (no reference
-    model) is no curve."""
+def dev_set_names(run_dirs: dict[str, Path]) -> dict[str, str]:
+    """Each run's dev set as its curve is labelled: the `eval_manifest` of its config.yaml, by its
+    folder and file name ("target/dev.jsonl"): an SFT on the home dev set and an RL run on the
+    target's are two sets, not one curve."""
+    names = {}
+    for name, d in run_dirs.items():
+        cfg = yaml.safe_load((d / "config.yaml").read_text()) if (d / "config.yaml").is_file() else {}
+        if (cfg or {}).get("eval_manifest"):
+            path = Path(cfg["eval_manifest"])
+            names[name] = f"{path.parent.name}/{path.name}"
+    return names
+
+
+def _series(runs: dict[str, list[dict]], want, by_time: bool, starts: dict[str, float],
+            dev_sets: dict[str, str] | None = None):
+    """(label, xs, ys) of every key `want` takes, per run (the dev CER labelled with its set, when
+    `dev_sets` names it); a KL that is 0 throughout (no reference model) is no curve."""
+    dev_sets = dev_sets or {}
     for name, rows in runs.items():
         for key in sorted({k for r in rows for k in r if want(k)}):
             pts = [(starts.get(name, 0.0) + r.get("time/elapsed_min", 0.0) if by_time else r["step"], r[key])
                    for r in rows if isinstance(r.get(key), (int, float))]
             if pts and (not key.startswith("kl/") or any(y for _, y in pts)):
                 xs, ys = zip(*pts)
-                yield f"{name}: {key}", list(xs), list(ys)
+                on = f" on {dev_sets[name]}" if key == "eval/cer" and name in dev_sets else ""
+                yield f"{name}: {key}{on}", list(xs), list(ys)
 
 
-def plot_training(runs: dict[str, list[dict]], out: Path, starts: dict[str, float] | None = None) -> Path | None:
+def plot_training(runs: dict[str, list[dict]], out: Path, starts: dict[str, float] | None = None,
+                  dev_sets: dict[str, str] | None = None) -> Path | None:
     """Reward terms (the per-step values faint, their trailing mean over ~5% of the steps bold) and
-    KL over steps; dev CER over minutes, each run from `starts` (start_minutes). A panel with nothing
-    to draw (no reference model: no KL) is left out."""
+    KL over steps; dev CER over minutes, each run from `starts` (start_minutes), on the set
+    `dev_sets` names (dev_set_names). A panel with nothing to draw (no reference model: no KL) is
+    left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     starts = starts or {}
-    panels = [(title, list(_series(runs, want, title.startswith("dev"), starts))) for title, want in _PANELS]
+    panels = [(title, list(_series(runs, want, title.startswith("dev"), starts, dev_sets))) for title, want in _PANELS]
     panels = [(title, series) for title, series in panels if series]
     if not panels:
         return None
@@ -217,7 +235,8 @@ def write_report(paths: list[str | Path], output: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     runs, evals, compares = load_inputs(paths)
     run_dirs = {Path(p).name: Path(p) for p in paths if (Path(p) / "metrics.jsonl").is_file()}
-    curves, bars = plot_training(runs, out, start_minutes(run_dirs, runs)), plot_cer_bars(evals, out)
+    curves = plot_training(runs, out, start_minutes(run_dirs, runs), dev_set_names(run_dirs))
+    bars = plot_cer_bars(evals, out)
     step_time = plot_step_time(runs, out)
     head = ["test set", "checkpoint", "CER %", "WER %", "keyword recall %", "language acc %", "utts"]
     rows = comparison_rows(evals)

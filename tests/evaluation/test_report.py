@@ -99,7 +99,29 @@ def test_the_training_plot_smooths_the_reward_and_leaves_out_a_kl_panel_with_not
     assert plot_training({"grpo": rows}, tmp_path) == tmp_path / "training_curves.png"
     # no KL panel (a KL of 0 throughout: no reference model); the reward's per-step line and its mean
     assert drawn["axes"] == {"reward": ["_child0", "grpo: reward/mean (mean)"],
-                             "dev CER (eval_manifest)": ["grpo: eval/cer"]}
+                             "dev CER (each run's eval_manifest)": ["grpo: eval/cer"]}
     rows[-1]["kl/loss"] = 0.01
     plot_training({"grpo": rows}, tmp_path)
     assert drawn["axes"]["KL to the reference"] == ["grpo: kl/loss"]
+
+
+def test_each_dev_curve_names_the_set_its_run_evaluated(tmp_path, monkeypatch):
+    # the demo: SFT on the home dev set, RL on the target's: two sets, and the legend says which
+    import matplotlib.pyplot as plt
+
+    from asr_rl.evaluation.report import dev_set_names, plot_training
+
+    drawn = {}
+    save = plt.Figure.savefig
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, *a, **k: drawn.update(
+        axes={ax.get_title(): [ln.get_label() for ln in ax.lines] for ax in fig.axes}) or save(fig, *a, **k))
+    dirs = {}
+    for name, manifest in (("sft", "/d/corpus/dev.jsonl"), ("grpo", "/d/corpus_target/dev.jsonl"), ("other", None)):
+        dirs[name] = tmp_path / name
+        dirs[name].mkdir()
+        (dirs[name] / "config.yaml").write_text(f"eval_manifest: {manifest}\n" if manifest else "seed: 1\n")
+    assert dev_set_names(dirs) == {"sft": "corpus/dev.jsonl", "grpo": "corpus_target/dev.jsonl"}
+    rows = [{"step": s, "eval/cer": 0.2, "time/elapsed_min": s / 10} for s in (1, 2)]
+    plot_training({"sft": rows, "grpo": rows}, tmp_path, dev_sets=dev_set_names(dirs))
+    assert drawn["axes"]["dev CER (each run's eval_manifest)"] == [
+        "sft: eval/cer on corpus/dev.jsonl", "grpo: eval/cer on corpus_target/dev.jsonl"]
