@@ -1,13 +1,14 @@
 """The `silence` reward term: an empty transcript where nobody speaks, neutral where somebody does.
 
-    no speech in the audio:  r = +1 for an empty transcript, -n / (n + 1) for n words
+    no speech in the audio:  r = +1 for an empty transcript, -1 for any words
+                             (graded=True: -n / (n + 1) for n words, a Han character a word)
     speech:                  r = 0
 
-(a Han character counts as a word). The penalty grows with the words, not a flat -1: a sampler at
-temperature 1 seldom ends a transcript at its first token, so on a non-speech clip most groups hold
-no empty sample, and a flat penalty ties them all (no advantage, nothing learnt; the demo's first
-run drew the term's mean at -1 for 200 of 250 updates). Graded, the shorter transcripts of a group
-win until the empty one is sampled.
+A sampler at temperature 1 seldom ends a transcript at its first token, so on a non-speech clip most
+groups hold no empty sample, and the flat penalty ties them (no advantage). The graded penalty ranks
+a group's shorter transcripts first until the empty one is sampled; measured against the flat one
+on target dev (docs/benchmarks/label-free.md, two seeds), it was not better (+4.3% [-0.7, +10.6]
+CER, non-speech clips with words 80% either way), so flat is the default.
 
 Whether anybody speaks is the voice-activity detector's call, never the transcript's: silero-vad
 (Silero Team, MIT; its model ships inside the `silero-vad` wheel, so nothing is downloaded), the
@@ -59,15 +60,18 @@ def speech_seconds(audio: str, threshold: float = 0.5) -> float:
     return sum(s["end"] - s["start"] for s in spans) / VAD_SAMPLE_RATE
 
 
-def silence_reward(hypothesis: str) -> float:
-    """The term where nobody speaks: +1 for an empty transcript, -n / (n + 1) for n words."""
+def silence_reward(hypothesis: str, graded: bool = False) -> float:
+    """The term where nobody speaks: +1 for an empty transcript, -1 for words (`graded`: -n / (n + 1)
+    for n words)."""
     n = len(_WORD.findall(normalize_text(hypothesis)))
-    return 1.0 if n == 0 else -n / (n + 1)
+    return 1.0 if n == 0 else -n / (n + 1) if graded else -1.0
 
 
-def silence_scores(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5) -> list[float]:
+def silence_scores(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5,
+                   graded: bool = False) -> list[float]:
     """The term (module docstring) for each sample; `min_speech`: seconds of detected speech below which
-    nobody speaks; `threshold`: silero-vad's speech probability threshold."""
+    nobody speaks; `threshold`: silero-vad's speech probability threshold; `graded`: the penalty by
+    the number of words."""
     missing = [i for i, s in enumerate(samples) if not s.audio]
     if missing:
         raise RewardError(f"the silence term listens to the audio, and sample {missing[0]} "
@@ -77,5 +81,5 @@ def silence_scores(samples: list[Sample], min_speech: float = MIN_SPEECH, thresh
         if speech_seconds(s.audio, threshold) >= min_speech:
             out.append(0.0)
         else:
-            out.append(silence_reward(s.hypothesis))
+            out.append(silence_reward(s.hypothesis, graded))
     return out

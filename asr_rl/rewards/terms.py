@@ -81,10 +81,12 @@ def plausibility_term(samples: list[Sample], model: str | None = None) -> list[f
 
 
 @register_term("silence", needs_reference=False, needs_audio=True)
-def silence_term(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5) -> list[float]:
+def silence_term(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5,
+                 graded: bool = False) -> list[float]:
     """Where a voice-activity detector (silero-vad) hears under `min_speech` seconds of speech: +1 for
-    an empty transcript, -n / (n + 1) for n words; 0 where somebody speaks (rewards/silence.py)."""
-    return silence_scores(samples, min_speech, threshold)
+    an empty transcript, -1 for words (`graded`: -n / (n + 1) for n words); 0 where somebody speaks
+    (rewards/silence.py)."""
+    return silence_scores(samples, min_speech, threshold, graded)
 
 
 @register_term("wer")

@@ -18,8 +18,8 @@ lexicon; never the reference or its keywords.
   transcript falls outside it).
 
 - `silence`: where the voice-activity detector (silero-vad, asr_rl/rewards/silence.py) hears nobody
-  speak, +1 for an empty transcript and -n / (n + 1) for n words; there the grammar and the speaking
-  rate do not apply (None): an empty answer is the right one. None without the audio (`asr-rl eval --verifier`).
+  speak, +1 for an empty transcript and -1 for words; there the grammar and the speaking rate do not
+  apply (None): an empty answer is the right one. None without the audio (`asr-rl eval --verifier`).
 
 What it cannot see: which of two valid commands was said ("call anna" for "call emma" passes).
 With `VOICE_COMMANDS_SCORER=DIR` (an `asr-rl train scorer` folder) in the environment a fourth

@@ -46,7 +46,7 @@ def test_empty_is_rewarded_where_nobody_speaks_and_the_term_is_neutral_on_speech
     rows = [("speech_en", "call anna"), ("speech_en", ""), ("speech_zh", "打开客厅的灯"),
             ("silence_clean", ""), ("silence_clean", "thank you"), ("chord_telephone", ""), ("hum_clean", "mm mm")]
     out = reward([Sample(h, None, "en", audio=clips[a]) for a, h in rows])
-    assert out.rewards == pytest.approx([0.0, 0.0, 0.0, 1.0, -2 / 3, 1.0, -2 / 3])
+    assert out.rewards == [0.0, 0.0, 0.0, 1.0, -1.0, 1.0, -1.0]
 
 
 def test_a_sample_without_audio_is_named():
@@ -62,17 +62,23 @@ def test_the_verifier_asks_for_nothing_but_silence_where_nobody_speaks(clips):
                Sample("", None, "en", duration=2.0, audio=clips["speech_en"])]
     out = reward(samples)
     assert out.terms["command_validity"] == [None, None, 1.0, 0.0]
-    assert out.terms["silence"][:2] == pytest.approx([1.0, -2 / 3]) and out.terms["silence"][2:] == [None, None]
+    assert out.terms["silence"] == [1.0, -1.0, None, None]
     # the grammar and the speaking rate would score the empty answer worst; where nobody speaks it is best
     assert out.rewards[0] > out.rewards[1] and out.rewards[2] > out.rewards[3]
     # without the audio (eval --verifier) the line is judged as before
     assert reward([Sample("", None, "en", duration=2.0)]).terms["silence"] == [None]
 
 
-def test_the_penalty_grows_with_the_words_so_a_group_without_an_empty_sample_still_ranks():
+def test_graded_the_penalty_grows_with_the_words_so_a_group_without_an_empty_sample_still_ranks(clips):
     # n words -> -n / (n + 1); a Han character is a word; punctuation and case do not count
-    assert silence_reward("") == 1.0 and silence_reward(" . ") == 1.0
-    assert silence_reward("Thank you.") == pytest.approx(-2 / 3)
-    assert silence_reward("嗯") == -0.5 and silence_reward("谢谢 you") == pytest.approx(-3 / 4)
+    assert silence_reward("", graded=True) == 1.0 and silence_reward(" . ", graded=True) == 1.0
+    assert silence_reward("Thank you.", graded=True) == pytest.approx(-2 / 3)
+    assert silence_reward("嗯", graded=True) == -0.5 and silence_reward("谢谢 you", graded=True) == pytest.approx(-3 / 4)
     loop = " ".join(["thank you"] * 10)
-    assert silence_reward(loop) == pytest.approx(-20 / 21) and silence_reward(loop) < silence_reward("you")
+    assert silence_reward(loop, graded=True) == pytest.approx(-20 / 21)
+    assert silence_reward(loop, graded=True) < silence_reward("you", graded=True)
+    assert silence_reward(loop) == silence_reward("you") == -1.0  # flat, the default
+    # as a term option, through the reward
+    reward = WeightedReward({"silence": 1.0}, {"silence": {"graded": True}})
+    out = reward([Sample(h, None, "en", audio=clips["hum_clean"]) for h in ("", "mm", "mm mm mm")])
+    assert out.rewards == pytest.approx([1.0, -0.5, -0.75])
