@@ -129,10 +129,15 @@ def _decode(args: argparse.Namespace):
     """eval's `decode`: greedy or beam (None), `--rerank`'s, either behind `--vad-filter`'s gate."""
     rerank = _rerank(args)
     if not args.vad_filter:
+        if args.vad_min_speech is not None:
+            raise ValueError("--vad-min-speech sets the gate of --vad-filter: give --vad-filter too")
         return rerank
+    import dataclasses
+
     from asr_rl.evaluation.vad_filter import VadFilter
 
-    return VadFilter(rerank, args.num_beams)
+    gate = VadFilter(rerank, args.num_beams)  # the silence term's min_speech unless --vad-min-speech
+    return gate if args.vad_min_speech is None else dataclasses.replace(gate, min_speech=args.vad_min_speech)
 
 
 def _rerank(args: argparse.Namespace):
@@ -241,6 +246,9 @@ def _add_run_commands(sub) -> None:
     ev.add_argument("--vad-filter", action="store_true",
                     help="an empty transcript, not decoded, where a voice-activity detector (silero-vad) hears "
                          "nobody speak (as faster-whisper's vad_filter)")
+    ev.add_argument("--vad-min-speech", type=float, default=None, metavar="SECONDS",
+                    help="--vad-filter: seconds of detected speech below which nobody speaks (the silence "
+                         "reward term's default; lower it where quiet or clipped speech is missed)")
     ev.add_argument("--output", default=None, help="write report.json, report.md and <set>.hyps.jsonl here")
     ev.add_argument("--batch-size", type=int, default=16, help="utterances decoded together")
     ev.add_argument("--num-beams", type=int, default=1, help="beam width (1: greedy)")

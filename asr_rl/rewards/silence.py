@@ -64,7 +64,7 @@ def silence_reward(hypothesis: str, graded: bool = False) -> float:
     """The term where nobody speaks: +1 for an empty transcript, -1 for words (`graded`: -n / (n + 1)
     for n words)."""
     n = len(_WORD.findall(normalize_text(hypothesis)))
-    return 1.0 if n == 0 else -n / (n + 1) if graded else -1.0
+    return 1.0 if n == 0 else (-n / (n + 1) if graded else -1.0)
 
 
 def silence_scores(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5,

@@ -59,3 +59,13 @@ def test_a_line_whose_audio_does_not_load_is_still_named_and_counted(whisper_mod
 def test_compare_refuses_the_gate(capsys):
     assert main(["eval", "--compare", "a", "b", "--vad-filter"]) == 2
     assert "--vad-filter decode a --model" in capsys.readouterr().err
+
+
+def test_the_gates_minimum_speech_is_a_switch_and_asks_for_the_gate(whisper_model, mixed_set, tmp_path, capsys):
+    # a minimum longer than any clip: nobody speaks anywhere, every line empty and none decoded
+    path, speech_ids = mixed_set
+    assert main(["eval", "--model", str(whisper_model), "--test-set", f"t={path}", "--quiet", "--vad-filter",
+                 "--vad-min-speech", "60", "--max-new-tokens", "12", "--output", str(tmp_path / "ev")]) == 0
+    assert set(_hyps(tmp_path / "ev").values()) == {""}
+    assert main(["eval", "--model", str(whisper_model), "--test-set", f"t={path}", "--vad-min-speech", "0.1"]) == 2
+    assert "--vad-min-speech sets the gate of --vad-filter" in capsys.readouterr().err
