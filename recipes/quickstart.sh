@@ -68,8 +68,8 @@ elif [ "$DEMO_SCALE" = full ]; then
   # (scripts/bench_pretrained.py runs that control).
   # The whole demo fits 45 minutes on a 2-core host up to 1.5x slower than the one it was timed on
   # (BENCHMARKS.md): the SFT has 25 minutes whatever the host (its decay is moved forward to end
-  # inside them, trainer/run/step_end.py), and the rest (synthesis, 250 updates, evaluation: ~13
-  # minutes there) scales with the host.
+  # inside them, trainer/run/step_end.py), and the rest (synthesis, 250 updates, evaluation: 9.4
+  # minutes there, 34.6 in all) scales with the host.
   N_TRAIN=${N_TRAIN:-3000}; N_TEST=${N_TEST:-500}; N_POOL=${N_POOL:-800}; SIZE=${SIZE:-small}
   N_TARGET=${N_TARGET:-800}; N_TARGET_TEST=${N_TARGET_TEST:-500}; N_NONSPEECH=${N_NONSPEECH:-150}
   SFT_MINUTES=${SFT_MINUTES:-25}; SFT_STEPS=${SFT_STEPS:-6000}
