@@ -25,7 +25,7 @@
 # interrupted SFT or GRPO stage resumes from its last checkpoint.
 # Usage: bash recipes/quickstart.sh [stage] [stop_stage]
 #   DEMO_SCALE=tiny  a first look in a few minutes (small corpus, tiny LLM, a few steps)
-#   DEMO_SCALE=full  the real result (default): about 45 minutes on a 2-core CPU machine
+#   DEMO_SCALE=full  the real result (default): 35 minutes on a 2-core AMD EPYC host, at most 45
 #   ARCH=qwen3_asr   the from-scratch Qwen3-ASR path instead (full scale: about 66 minutes)
 set -eou pipefail
 
