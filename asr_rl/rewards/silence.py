@@ -26,16 +26,14 @@ checks. Each distinct audio is read and detected once per process (a run's pool 
 from __future__ import annotations
 
 import functools
-import re
 import threading
 
 from asr_rl.rewards.base import RewardError, Sample
-from asr_rl.rewards.normalize import normalize_text
+from asr_rl.rewards.normalize import is_cjk, normalize_text
 
 VAD_SAMPLE_RATE = 16000
 MIN_SPEECH = 0.3  # seconds of detected speech below which nobody speaks
 _LOCK = threading.Lock()  # the model keeps state between windows: one detection at a time
-_WORD = re.compile(r"[\u3400-\u9fff]|[^\s\u3400-\u9fff]+")  # a Han character, or a run of anything else
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,7 +61,8 @@ def speech_seconds(audio: str, threshold: float = 0.5) -> float:
 def silence_reward(hypothesis: str, graded: bool = False) -> float:
     """The term where nobody speaks: +1 for an empty transcript, -1 for words (`graded`: -n / (n + 1)
     for n words)."""
-    n = len(_WORD.findall(normalize_text(hypothesis)))
+    # words: a CJK character is one, as CER counts them; the rest of a space-separated token one more
+    n = sum(sum(map(is_cjk, w)) + any(not is_cjk(c) for c in w) for w in normalize_text(hypothesis).split())
     return 1.0 if n == 0 else (-n / (n + 1) if graded else -1.0)
 
 
