@@ -7,14 +7,27 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.asr-rl-installed
 SYS_STAMP := $(VENV)/.asr-rl-system-tools
 PYTEST_ARGS ?=
+# Two workers, one per core (each test process uses one torch thread); a module's tests stay on one
+# worker, so its fixtures are built once, and the modules go out in the order tests/conftest.py
+# gives them, the longest first (docs/testing.md)
+WORKERS ?= 2
+XDIST := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test install system-deps clean-install
+.PHONY: demo test test-quick coverage install system-deps clean-install
 
 demo: install
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash recipes/quickstart.sh
 
 test: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# The inner loop between commits: everything but the end-to-end tests marked slow
+test-quick: install
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+# `make test` with line coverage of asr_rl/ (the processes pytest runs; not Ray actors or subprocesses)
+coverage: install
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) --cov=asr_rl --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 install: $(STAMP) $(SYS_STAMP)
 

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
+from itertools import zip_longest
 from pathlib import Path
 
 import httpx
@@ -18,6 +20,58 @@ import soundfile as sf
 
 # One torch thread per process: on 2 shared cores this is 2-3x faster than 2 threads each.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Each pytest-xdist worker starts its own embedded Ray clusters. Ray looks for "the latest cluster"
+# in its temp folder (a `ray start` or a test's two-node cluster writes it there), so each worker
+# gets a folder of its own and never joins the other's cluster.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("RAY_TMPDIR", f"/tmp/ray-{os.environ['PYTEST_XDIST_WORKER']}")
+
+RAY_CPUS = 4  # logical slots on 2 cores: a policy rank plus separate reference and critic groups
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long modules first, so that the two workers of `--dist loadfile` end together on the short
+    ones: those with Ray tests (each run starts processes of its own) taken in turn with those with
+    other slow tests (one process), so that two modules of multi-process runs seldom share the cores."""
+    ray, slow = Counter(), Counter()
+    for item in items:
+        ray[item.path] += item.get_closest_marker("ray") is not None
+        slow[item.path] += item.get_closest_marker("slow") is not None
+    by_weight = sorted(dict.fromkeys(item.path for item in items), key=lambda p: -slow[p])
+    multi = [p for p in by_weight if ray[p]]
+    single = [p for p in by_weight if not ray[p] and slow[p]]
+    order = [p for pair in zip_longest(multi, single) for p in pair if p is not None]
+    rank = {p: i for i, p in enumerate(order)}
+    items.sort(key=lambda item: rank.get(item.path, len(rank)))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if "ray" in sys.modules:
+        from asr_rl.trainer.distributed.ray_utils import shutdown_ray
+
+        shutdown_ray()
+
+
+@pytest.fixture
+def local_ray():
+    """This process's embedded Ray (`RAY_CPUS` CPU slots), started on first use and kept for the
+    tests after it (a start costs seconds). A cluster of another size (a run that started its own)
+    is replaced; a test that leaves actors holding slots gets the cluster shut down after it, so that
+    the next test starts from a free one."""
+    import ray
+
+    from asr_rl.trainer.distributed.ray_utils import init_ray, shutdown_ray
+
+    if ray.is_initialized() and ray.cluster_resources().get("CPU") != RAY_CPUS:
+        shutdown_ray()
+    init_ray(num_cpus=RAY_CPUS, object_store_mb=256)
+    yield
+    deadline = time.monotonic() + 10  # actors give their slots back asynchronously
+    while ray.is_initialized() and ray.available_resources().get("CPU") != RAY_CPUS:
+        if time.monotonic() > deadline:
+            shutdown_ray()
+            break
+        time.sleep(0.2)
 
 
 def write_tone(path: Path, seconds: float = 0.5, sr: int = 16000, channels: int = 1, freq: float = 440.0) -> Path:

@@ -70,10 +70,12 @@ def check_vllm_greedy(model_dir: Path, manifest: Path, max_new_tokens: int = 12)
         engine.close()
 
 
-def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: str, frozen: str) -> None:
-    """SFT 2 steps from `model_dir` (a random encoder: CTC on), GRPO 2 steps locally and 1 on Ray;
-    each result reloads strictly with parameters matching regex `trained` changed and none matching
-    `frozen` (the audio tower); eval of the local result reports a CER."""
+def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: str, frozen: str,
+                        *extra: str) -> tuple[Path, Path, Path]:
+    """SFT 2 steps from `model_dir` (a random encoder: CTC on), GRPO 2 steps locally and 1 on Ray
+    (the caller's `local_ray`), each with the `extra` overrides; each result reloads strictly with
+    parameters matching regex `trained` changed and none matching `frozen` (the audio tower); eval of
+    the local result reports a CER. Returns the (SFT, local GRPO, Ray GRPO) folders."""
     from asr_rl.config import load_config
     from asr_rl.evaluation.evaluate import run_eval
     from asr_rl.trainer.configs.rl import SFTConfig
@@ -81,7 +83,8 @@ def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: 
     from asr_rl.trainer.recipes.rl import load_rl_config, run_audio_rl
     from asr_rl.trainer.recipes.sft import train_sft
 
-    common = ["max_steps=2", "save_steps=1", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false"]
+    common = ["max_steps=2", "save_steps=1", "eval_steps=0", "logging.tensorboard=false", "logging.progress_bar=false",
+              *extra]
     sft = train_sft(load_config(SFTConfig, None, [
         f"pretrain={model_dir}", f"train_manifest={corpus / 'train.jsonl'}", f"output_dir={tmp_path / 'sft'}",
         "train_batch_size=4", "micro_train_batch_size=4", *common]))
@@ -91,17 +94,20 @@ def check_sft_grpo_eval(model_dir: Path, corpus: Path, tmp_path: Path, trained: 
           "temperature=1.5", "actor_learning_rate=0.01", "rollout.dynamic_filtering=false", "algo.sft_coef=1",
           f"train_manifest={corpus / 'train.jsonl'}", *common]
     local = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'local'}", *rl]))
+    bf16 = "model.dtype=bfloat16" in extra  # DeepSpeed then keeps the ranks' weights in bf16 too
     ray = run_audio_rl(load_rl_config("grpo", None, [f"pretrain={sft}", f"output_dir={tmp_path / 'ray'}", *rl,
-                                                     "backend=ray", "max_steps=1"]))
-    before = AudioPolicy.from_pretrained(sft)
+                                                     "backend=ray", "max_steps=1", *(["distributed.bf16=true"] * bf16)]))
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    before = AudioPolicy.from_pretrained(sft, dtype=dtype)
     for folder in (local, ray):
-        after = AudioPolicy.from_pretrained(folder)  # strict reload
+        after = AudioPolicy.from_pretrained(folder, dtype=dtype)  # strict reload
         changed = [n for (n, a), (_, b) in zip(before.model.named_parameters(), after.model.named_parameters())
                    if not torch.equal(a, b)]
         assert any(re.search(trained, n) for n in changed) and not any(re.search(frozen, n) for n in changed)
     report = run_eval(local, {"clean": str(corpus / "test_clean.jsonl")}, batch_size=2, max_new_tokens=8,
                       progress=False)
     assert report["clean"].utterances == 2 and report["clean"].cer is not None
+    return sft, local, ray
 
 
 def noisy_family_policy(arch: str, size: str, corpus: Path, folder: Path, scale: float, seed: int = 0) -> AudioPolicy:

@@ -71,7 +71,7 @@ def test_saved_checkpoint_loads_in_plain_transformers_with_identical_logits(poli
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_sft_grpo_local_and_ray_eval_and_reload(glm_model, tiny_corpus, tmp_path):
+def test_sft_grpo_local_and_ray_eval_and_reload(glm_model, tiny_corpus, tmp_path, local_ray):
     check_sft_grpo_eval(glm_model, tiny_corpus, tmp_path, trained=r"language_model\.", frozen=r"audio_tower\.")
 
 

@@ -1,6 +1,7 @@
 """The Qwen2.5-Omni thinker family: prompt format and released ids, parity with transformers' own
-path, the processor files kept for the full processor, plain-transformers reload, and SFT -> GRPO
-(local and Ray) -> eval at tiny size."""
+path, the processor files kept for the full processor, plain-transformers reload, and vLLM decoding
+at tiny size (its SFT -> GRPO local and on Ray -> eval runs on the released BPE, in
+tests/models/test_released_bpe.py)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,7 @@ import torch
 from asr_rl.models.audio_policy import AudioPolicy
 from asr_rl.models.families import AudioTooLong
 from asr_rl.models.families.qwen2_5_omni import RELEASED_IDS, placeholder_count
-from tests.models.family_checks import (WAV, WAV_CODE, check_plain_reload, check_sft_grpo_eval,
-                                        check_vllm_greedy)
+from tests.models.family_checks import WAV, WAV_CODE, check_plain_reload, check_vllm_greedy
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +125,6 @@ torch.save({"logits": logits, "ids": inp["input_ids"]}, out)
 
 def test_saved_checkpoint_loads_in_plain_transformers_with_identical_logits(policy, tmp_path):
     check_plain_reload(policy, tmp_path, _PLAIN)
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_sft_grpo_local_and_ray_eval_and_reload(omni_model, tiny_corpus, tmp_path):
-    check_sft_grpo_eval(omni_model, tiny_corpus, tmp_path, trained=r"^model\.", frozen=r"^(audio_tower|visual)\.")
 
 
 @pytest.mark.slow

@@ -145,9 +145,21 @@ def test_the_character_tokenizer_and_the_bpe_agree_on_the_same_transcripts(model
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.parametrize("arch", ARCHS)
-def test_sft_grpo_local_and_ray_and_eval_on_digits_and_mandarin(models, digit_corpus, arch, tmp_path):
+def test_sft_grpo_local_and_ray_and_eval_on_digits_and_mandarin(models, digit_corpus, arch, tmp_path, local_ray):
+    """Each family's run on the released ids. Qwen2.5-Omni's is its family's end-to-end run too, and
+    Qwen3-ASR's runs in bfloat16, the released checkpoints' dtype: every checkpoint stays bf16 on disk
+    and reloads with its special-token ids intact (tests/trainer/update/test_bf16.py checks the ids
+    and the prompt before any training)."""
     trained, frozen = PARTS[arch]
-    check_sft_grpo_eval(models(arch), digit_corpus, tmp_path, trained=trained, frozen=frozen)
+    bf16 = ["model.dtype=bfloat16"] if arch == "qwen3_asr" else []
+    folders = check_sft_grpo_eval(models(arch), digit_corpus, tmp_path, trained, frozen, *bf16)
+    if bf16:
+        from tests.trainer.update.test_bf16 import _dtypes
+
+        for folder in folders:
+            assert _dtypes(folder) == {torch.bfloat16}
+            again = AudioPolicy.from_pretrained(folder, dtype=torch.bfloat16)  # reloads strictly, ids intact
+            assert again.tokenizer.convert_tokens_to_ids("<asr_text>") == 151704
 
 
 @pytest.mark.slow

@@ -108,7 +108,7 @@ def test_a_policy_saves_after_the_folder_it_came_from_is_gone(voxtral_model, tmp
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_sft_grpo_local_and_ray_eval_and_reload(voxtral_model, tiny_corpus, tmp_path):
+def test_sft_grpo_local_and_ray_eval_and_reload(voxtral_model, tiny_corpus, tmp_path, local_ray):
     check_sft_grpo_eval(voxtral_model, tiny_corpus, tmp_path, trained=r"language_model\.", frozen=r"audio_tower\.")
 
 

@@ -44,7 +44,7 @@ def test_a_trained_scorer_hears_the_wrong_name_and_is_served(whisper_model, tiny
 
     cfg = load_config(ScorerConfig, None, [f"pretrain={whisper_model}", f"train_manifest={tiny_corpus / 'train.jsonl'}",
                                            f"output_dir={tmp_path / 'scorer'}", "max_steps=250", "train_batch_size=4",
-                                           "augment.variants=0", "logging.tensorboard=false", "logging.progress_bar=false",
+                                           "augment.noise_prob=0", "logging.tensorboard=false", "logging.progress_bar=false",
                                            f"eval_manifest={tiny_corpus / 'train.jsonl'}", "eval_steps=250"])
     folder = train_scorer(cfg)
     term = AcousticTerm(folder)

@@ -1,8 +1,6 @@
 """The Ray backend on a real embedded Ray with 2 DeepSpeed ranks over gloo, against the local backend."""
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -22,16 +20,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 # elements whose gradient is near eps: 1e-4 is 1% of this step's lr (0.01). Seen: ZeRO-2 < 1e-5,
 # ZeRO-3 1.5e-5 on one tensor.
 ATOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    from asr_rl.trainer.distributed.ray_utils import init_ray, shutdown_ray
-
-    # 4 logical CPU slots on 2 cores: enough for a policy rank plus separate reference and critic groups
-    init_ray(num_cpus=4, object_store_mb=256)
-    yield
-    shutdown_ray()
 
 
 def _one_step(cfg, with_nodes: bool = False):
@@ -66,19 +54,25 @@ def test_two_rank_step_equals_the_local_step(local_ray, tiny_model, tiny_corpus,
     diffs = {n: float((ranks[0][n] - v).abs().max()) for n, v in local.items()}
     bad = {n: d for n, d in diffs.items() if d > ATOL}
     assert not bad, f"ray differs from local: {bad}"
+    _assert_moved(tiny_model, ranks[0], torch.float32)
 
 
-@pytest.mark.parametrize("precision", [[], ["model.dtype=bfloat16", "distributed.bf16=true"]], ids=["fp32", "bf16"])
-def test_the_step_moved_the_weights(local_ray, tiny_model, tiny_corpus, tmp_path, precision):
+def _assert_moved(start, weights: dict, dtype) -> None:
+    """The step changed the trainable weights (in `dtype`) away from the model in `start`."""
     from transformers import Qwen3ASRForConditionalGeneration
 
+    before = dict(Qwen3ASRForConditionalGeneration.from_pretrained(start).named_parameters())
+    assert {v.dtype for v in weights.values()} == {dtype}
+    assert any(not torch.allclose(before[n].to(v.dtype), v) for n, v in weights.items())
+
+
+def test_the_bf16_step_moved_the_weights(local_ray, tiny_model, tiny_corpus, tmp_path):
+    """(fp32: test_two_rank_step_equals_the_local_step.)"""
     cfg = load_rl_config("grpo", None, _overrides(tiny_model, tiny_corpus, tmp_path / "ray", "max_steps=1",
                                                   "save_steps=0", "backend=ray", "rollout.dynamic_filtering=false",
-                                                  *precision))
+                                                  "model.dtype=bfloat16", "distributed.bf16=true"))
     (rank0, _) = _one_step(cfg)
-    before = dict(Qwen3ASRForConditionalGeneration.from_pretrained(tiny_model).named_parameters())
-    assert {v.dtype for v in rank0.values()} == {torch.bfloat16 if precision else torch.float32}
-    assert any(not torch.allclose(before[n].to(v.dtype), v) for n, v in rank0.items())
+    _assert_moved(tiny_model, rank0, torch.bfloat16)
 
 
 def test_a_rank_that_dies_stops_the_run_naming_it_and_keeps_the_checkpoint(tiny_model, tiny_corpus, tmp_path):
@@ -183,12 +177,8 @@ def test_groups_that_do_not_fit_the_cluster_fail_before_any_actor_starts(local_r
 
     from asr_rl.trainer.distributed.actor_group import RankFailed
 
-    # The previous test's actors give their CPU slots back asynchronously; start from a settled cluster.
     total = ray.cluster_resources()["CPU"]
-    deadline = time.monotonic() + 60
-    while ray.available_resources().get("CPU") != total and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert ray.available_resources().get("CPU") == total, "an earlier test's actors still hold CPU slots"
+    assert ray.available_resources().get("CPU") == total  # `local_ray` hands over a cluster with every slot free
     with pytest.raises(RankFailed, match=r"\(trainer 1, critic 8\) need \{'CPU': 9"):
         _text_ppo(tmp_path, "big", tiny_text_model, text_data, "distributed.colocate_critic=false",
                   "distributed.critic_num_gpus_per_node=8")

@@ -27,6 +27,9 @@ NODE = dict(num_cpus=1, object_store_memory=128 << 20)
 def two_nodes(monkeypatch):
     from ray.cluster_utils import Cluster
 
+    from asr_rl.trainer.distributed.ray_utils import shutdown_ray
+
+    shutdown_ray()  # the driver joins this cluster, not the embedded one an earlier test left running
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a loopback-only test cluster
     cluster = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
     second = cluster.add_node(**NODE)
