@@ -8,10 +8,9 @@ STAMP := $(VENV)/.asr-rl-installed
 SYS_STAMP := $(VENV)/.asr-rl-system-tools
 PYTEST_ARGS ?=
 # Two workers, one per core (each test process uses one torch thread); a module's tests stay on one
-# worker, so its fixtures are built once, and the modules go out in the order tests/conftest.py
-# gives them, the longest first (docs/testing.md)
+# worker, so its fixtures are built once (docs/testing.md: why not the longest modules first)
 WORKERS ?= 2
-XDIST := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
+XDIST := -n $(WORKERS) --dist loadfile
 
 .PHONY: demo test test-quick coverage install system-deps clean-install
 

@@ -8,8 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections import Counter
-from itertools import zip_longest
 from pathlib import Path
 
 import httpx
@@ -27,22 +25,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("RAY_TMPDIR", f"/tmp/ray-{os.environ['PYTEST_XDIST_WORKER']}")
 
 RAY_CPUS = 4  # logical slots on 2 cores: a policy rank plus separate reference and critic groups
-
-
-def pytest_collection_modifyitems(config, items):
-    """The long modules first, so that the two workers of `--dist loadfile` end together on the short
-    ones: those with Ray tests (each run starts processes of its own) taken in turn with those with
-    other slow tests (one process), so that two modules of multi-process runs seldom share the cores."""
-    ray, slow = Counter(), Counter()
-    for item in items:
-        ray[item.path] += item.get_closest_marker("ray") is not None
-        slow[item.path] += item.get_closest_marker("slow") is not None
-    by_weight = sorted(dict.fromkeys(item.path for item in items), key=lambda p: -slow[p])
-    multi = [p for p in by_weight if ray[p]]
-    single = [p for p in by_weight if not ray[p] and slow[p]]
-    order = [p for pair in zip_longest(multi, single) for p in pair if p is not None]
-    rank = {p: i for i, p in enumerate(order)}
-    items.sort(key=lambda item: rank.get(item.path, len(rank)))
 
 
 def pytest_sessionfinish(session, exitstatus):
