@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from asr_rl.cli_data import add_data_commands, add_read_options, at_least, read_options
+from asr_rl.cli_data import add_data_commands, add_read_options, at_least, read_options, seconds_at_least
 from asr_rl.utils import Deferred, setup_logging
 
 log = logging.getLogger("asr_rl.cli")
@@ -246,7 +246,7 @@ def _add_run_commands(sub) -> None:
     ev.add_argument("--vad-filter", action="store_true",
                     help="an empty transcript, not decoded, where a voice-activity detector (silero-vad) hears "
                          "nobody speak (as faster-whisper's vad_filter)")
-    ev.add_argument("--vad-min-speech", type=float, default=None, metavar="SECONDS",
+    ev.add_argument("--vad-min-speech", type=seconds_at_least(0.0), default=None, metavar="SECONDS",
                     help="--vad-filter: seconds of detected speech below which nobody speaks (the silence "
                          "reward term's default; lower it where quiet or clipped speech is missed)")
     ev.add_argument("--output", default=None, help="write report.json, report.md and <set>.hyps.jsonl here")

@@ -6,6 +6,7 @@ start quickly.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 
@@ -192,13 +193,16 @@ def _add_synth(data) -> None:
                        help="target: a domain to adapt to (held-out accents, new voices, a telephone channel): an "
                             "unlabelled pool (its transcripts aside), dev, test and a non-speech set")
     synth.add_argument("--langs", default=None, help="en,zh (default), en or zh")
-    synth.add_argument("--nonspeech", type=int, default=None,
+    synth.add_argument("--nonspeech", type=at_least(0, "non-speech clips"), default=None,
                        help="target: the non-speech test clips (default 150); source: clips where nobody speaks "
                             "labelled \"\" added to train (default 0: the supervised control for silence)")
-    synth.add_argument("--train", type=int, default=3000, help="source: training lines; target: the pool's size")
-    synth.add_argument("--test", type=int, default=200, help="lines per test set (and dev)")
-    synth.add_argument("--seed", type=int, default=1, help="seeds sentences, voices and noise")
-    synth.add_argument("--workers", type=int, default=None, help="synthesis processes (default: the CPU count)")
+    synth.add_argument("--train", type=at_least(1, "source: training lines; target: the pool's lines"), default=3000,
+                       help="source: training lines; target: the pool's size")
+    synth.add_argument("--test", type=at_least(1, "lines per test set"), default=200,
+                       help="lines per test set (and dev)")
+    synth.add_argument("--seed", type=at_least(0, "a seed"), default=1, help="seeds sentences, voices and noise")
+    synth.add_argument("--workers", type=at_least(1, "synthesis processes"), default=None,
+                       help="synthesis processes (default: the CPU count)")
     synth.add_argument("--context-sizes", default="", help="e.g. 0,10,100: context lists (contextual biasing) on "
                                                           "training lines at these sizes, and a copy of each test "
                                                           "set per size > 0 (<set>_ctx<N>.jsonl)")
@@ -297,3 +301,16 @@ def at_least(low: int, why: str):
     return parse
 
 
+
+
+def seconds_at_least(low: float):
+    """An argparse `type`: a finite number of seconds of at least `low` (nan, inf or less is a usage
+    error, exit 2)."""
+    def parse(text: str) -> float:
+        value = float(text)  # not a number: argparse's "invalid float value"
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= {low:g}, got {text}")
+        return value
+
+    parse.__name__ = "float"
+    return parse

@@ -21,8 +21,31 @@ def split_paths(value: str) -> list[str]:
     return [p.strip() for p in value.split(",") if p.strip()]
 
 
+def check_one_dataset(value: str | None, command: str) -> None:
+    """`command` (SFT) trains on one manifest: `a.jsonl,b.jsonl` is refused, saying so."""
+    if value and len(split_paths(value)) > 1:
+        raise ValueError(f"train_manifest={value} names {len(split_paths(value))} datasets, and {command} trains on "
+                         "one manifest: join their lines into one file; several datasets drawn by shares "
+                         "(train_manifest_probs) are for the RL commands")
+
+
+def check_paths_distinct(paths: Sequence[str]) -> None:
+    """Each dataset once: the same manifest twice would be drawn by two shares, which is one share
+    said twice (give it the sum instead)."""
+    import os
+
+    seen: dict[str, str] = {}
+    for p in paths:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise ValueError(f"train_manifest names {seen[key]}" + (f" (as {p})" if p != seen[key] else "") +
+                             " twice: give each dataset once, with the sum of its shares in train_manifest_probs")
+        seen[key] = p
+
+
 def check_probs(probs: Sequence[float] | None, n: int) -> list[float]:
-    """The probabilities of `n` datasets, normalised to sum to 1; one dataset needs none, several do
+    """The probabilities of `n` datasets (finite, >= 0, summing to 1 as OpenRLHF's `prompt_data_probs`
+    do: a list that does not is refused, not silently rescaled); one dataset needs none, several do
     (no silent default: equal shares and shares by size both surprise someone)."""
     if probs is None:
         if n > 1:
@@ -31,10 +54,15 @@ def check_probs(probs: Sequence[float] | None, n: int) -> list[float]:
         return [1.0]
     if len(probs) != n:
         raise ValueError(f"train_manifest_probs has {len(probs)} values for the {n} datasets of train_manifest")
-    if any(p < 0 for p in probs) or sum(probs) <= 0:
-        raise ValueError(f"train_manifest_probs must be >= 0 with a positive sum, got {list(probs)}")
-    total = float(sum(probs))
-    return [float(p) / total for p in probs]
+    values = list(probs)
+    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) and np.isfinite(p) and p >= 0 for p in values):
+        raise ValueError(f"train_manifest_probs must be finite numbers >= 0, got {values}")
+    total = float(sum(values))
+    if abs(total - 1.0) > 1e-6:
+        scaled = ", ".join(f"{p / total:.3g}" for p in values) if total > 0 else "..."
+        raise ValueError(f"train_manifest_probs must sum to 1 (one probability each dataset), got {values} (sum "
+                         f"{total:g}); for these proportions give [{scaled}]")
+    return [float(p) / total for p in values]
 
 
 @dataclass

@@ -148,25 +148,43 @@ def plot_training(runs: dict[str, list[dict]], out: Path, starts: dict[str, floa
     return path
 
 
+def bar_panels(evals: dict[str, dict]) -> list[tuple[list[str], str, str]]:
+    """(sets, metric, axis label) of `plot_cer_bars`' panels: the sets some run has a CER for, then
+    those with none but a share of non-speech clips with words."""
+    sets = sorted({s for e in evals.values() for s in e})
+
+    def has(s: str, key: str) -> bool:
+        return any(report.get(s, {}).get(key) is not None for report in evals.values())
+
+    return [(p, key, label) for p, key, label in (
+        ([s for s in sets if has(s, "cer")], "cer", "CER %"),
+        ([s for s in sets if not has(s, "cer") and has(s, "nonspeech_hallucination_rate")],
+         "nonspeech_hallucination_rate", "non-speech clips with words %")) if p]
+
+
 def plot_cer_bars(evals: dict[str, dict], out: Path) -> Path | None:
+    """CER per test set, one bar per run; a set with no CER (non-speech clips: no reference words)
+    gets its own panel, the share of its clips each run wrote words on, never a CER bar of 0."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sets = sorted({s for e in evals.values() for s in e})
-    if not sets:
+    panels = bar_panels(evals)
+    if not panels:
         return None
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(sets), 3.6))
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.6 + 1.4 * sum(len(p) for p, _, _ in panels), 3.6),
+                             gridspec_kw={"width_ratios": [len(p) for p, _, _ in panels]}, squeeze=False)
     width = 0.8 / max(len(evals), 1)
-    for i, (name, report) in enumerate(evals.items()):
-        xs = [j + i * width for j in range(len(sets))]
-        ys = [100 * (report.get(s, {}).get("cer") or 0) for s in sets]
-        bars = ax.bar(xs, ys, width, label=name)
-        ax.bar_label(bars, fmt="%.1f", fontsize=7)
-    ax.set_xticks([j + width * (len(evals) - 1) / 2 for j in range(len(sets))], sets)
-    ax.set_ylabel("CER %")
-    ax.legend(fontsize=8)
+    for ax, (shown, key, label) in zip(axes[0], panels):
+        for i, (name, report) in enumerate(evals.items()):
+            xs = [j + i * width for j in range(len(shown))]
+            ys = [100 * v if (v := report.get(s, {}).get(key)) is not None else float("nan") for s in shown]
+            bars = ax.bar(xs, ys, width, label=name)
+            ax.bar_label(bars, labels=["" if y != y else f"{y:.1f}" for y in ys], fontsize=7)
+        ax.set_xticks([j + width * (len(evals) - 1) / 2 for j in range(len(shown))], shown)
+        ax.set_ylabel(label)
+    axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     path = out / "cer_by_set.png"
     fig.savefig(path, dpi=110)

@@ -14,6 +14,7 @@ with speech; a line whose audio does not load goes to that decode, which reports
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,6 +37,12 @@ class VadFilter:
     decode: Decode | None = None
     num_beams: int = 1
     min_speech: float = MIN_SPEECH
+
+    def __post_init__(self) -> None:
+        # nan would empty every clip (nothing is >= nan), inf too, and a negative value turns the gate off
+        if not (isinstance(self.min_speech, (int, float)) and math.isfinite(self.min_speech) and self.min_speech >= 0):
+            raise ValueError(f"--vad-min-speech is seconds of detected speech, a finite number >= 0; got "
+                             f"{self.min_speech!r}")
 
     def heard(self, u: Utterance) -> bool:
         try:

@@ -22,7 +22,7 @@ from torch import nn
 
 from asr_rl.models.codec import ResponseCodec
 from asr_rl.models.encoder_cache import EncoderCache, encoder_fingerprint
-from asr_rl.models.families import AudioLLMSpec, AudioPrompts, spec_for
+from asr_rl.models.families import AudioLLMSpec, AudioPrompts, AudioTooLong, spec_for
 from asr_rl.models.policy_base import CausalPolicy, PromptRow, Responses
 from asr_rl.models.weights import read_model_config
 
@@ -47,6 +47,7 @@ class AudioPolicy(CausalPolicy):
         self.encoder_cache = EncoderCache()
         self.encoder_seconds = 0.0  # spent filling the cache (audio loading and augmentation included)
         self.info: dict = {}  # asr_rl.json of the folder it came from (models/builders.py)
+        self._prompt_growth: tuple[int, float] | None = None  # (positions at 0 s, positions a second)
 
     @property
     def force_language(self) -> bool:
@@ -123,8 +124,28 @@ class AudioPolicy(CausalPolicy):
         return prompts.to(self.device, self.model.dtype)
 
     def check_durations(self, waveforms: list[np.ndarray], ids: list[str]) -> None:
-        """`AudioTooLong` naming the first utterance longer than the family's encoder window."""
+        """`AudioTooLong` naming the first utterance longer than the family's encoder window, or whose
+        prompt alone would take every position the LLM has (`max_position_embeddings`): past them
+        the model decodes garbage, typically a loop, and says nothing."""
         self.spec.check_durations(self.processor, waveforms, ids, self.sample_rate)
+        limit = getattr(self.llm_config(), "max_position_embeddings", None)
+        for name, w in zip(ids, waveforms):
+            seconds = len(w) / self.sample_rate
+            if limit and self.prompt_positions(seconds) >= limit:
+                raise AudioTooLong(f"utterance {name} lasts {seconds:.1f} s: its prompt would take about "
+                                   f"{self.prompt_positions(seconds)} positions, and the LLM has {limit} "
+                                   "(max_position_embeddings), none left for its transcript; split it or leave it out")
+
+    def prompt_positions(self, seconds: float) -> int:
+        """About how many LLM positions the prompt of a `seconds`-long utterance takes: measured once,
+        on silent clips of 1 and 2 s (the prompt's text, and the audio's positions a second)."""
+        if self._prompt_growth is None:
+            one, two = (int(self.spec.prepare(self.processor, [np.zeros(int(s * self.sample_rate), np.float32)],
+                                              [None], self.force_language, self.sample_rate, [()])
+                            .attention_mask.sum()) for s in (1.0, 2.0))
+            self._prompt_growth = (2 * one - two, float(two - one))
+        base, per_second = self._prompt_growth
+        return base + int(np.ceil(per_second * seconds))
 
     def encode_audio(self, prompts: AudioPrompts) -> torch.Tensor:
         """Packed audio-encoder states `(sum_i L_i, d_audio)`. A frozen encoder runs without grad

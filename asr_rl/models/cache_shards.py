@@ -1,7 +1,8 @@
 """The encoder cache's folder: append-only shards of prompt rows, memory-mapped for reading.
 
 Layout of `model.encoder_cache=DIR`:
-- `meta.json`: `{"format": 1, "fingerprint": ...}`, the encoder and prompt format the rows belong to;
+- `meta.json`: `{"format": 1, "fingerprints": [...]}`, the encoders and prompt formats whose rows it
+  holds (each one's shards carry the first 12 characters of its fingerprint);
 - per writer process, shards `<fp12>-<host>-<pid>-<token>-<n>.bin` (the rows' bytes: prompt ids
   as int32, then the audio states in their dtype) and `.idx` beside it (one JSON line per row: key,
   offset, id count, frames, width, dtype, CRC-32 of the row's bytes), at most `shard_bytes` of data each.
@@ -20,11 +21,12 @@ Two ranks on one folder never write the same file (the name carries host, pid an
 each reads every shard indexed when it opened the folder. The same key in two shards (two ranks
 encoded it at once) is read from the first shard in name order.
 
-A folder another encoder or prompt format filled (another fingerprint in `meta.json`) is ignored
-with a warning and replaced: its shards are deleted when no live process writes them, and the meta
-says this run's fingerprint (the single-file cache this replaces was overwritten at the end of SFT
-the same way). A path that is a file (that earlier single-file format) is refused with the setting
-to change.
+A folder another encoder or prompt format filled (another fingerprint in `meta.json`: an acoustic
+scorer's encoder given the policy's cache folder) keeps that encoder's rows: each encoder reads and
+writes only the shards of its own fingerprint, so two encoders on one folder never cost each other a
+row (the log says the folder is shared). Only shards of another on-disk format are deleted (when no
+live process writes them). A path that is a file (that earlier single-file format) is refused with
+the setting to change.
 """
 from __future__ import annotations
 
@@ -72,6 +74,14 @@ class Location:
         return self.offset + 4 * self.n_ids + self.frames * self.width * _DTYPES[self.dtype].itemsize
 
 
+def fingerprints(meta: dict | None) -> set[str]:
+    """The fingerprints whose rows a folder's `meta.json` says it holds (this format's only; the first
+    version named one, as `fingerprint`)."""
+    if not meta or meta.get("format") != FORMAT:
+        return set()
+    return set(meta.get("fingerprints", [])) | ({meta["fingerprint"]} if "fingerprint" in meta else set())
+
+
 class ShardStore:
     """The rows of one folder for one fingerprint: `index` maps a key to its `Location`."""
 
@@ -98,17 +108,20 @@ class ShardStore:
     def _adopt_meta(self) -> None:
         meta_path = self.folder / "meta.json"
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
-        if meta == {"format": FORMAT, "fingerprint": self.fingerprint}:
+        known = fingerprints(meta)
+        if self.fingerprint in known:
             return
-        if meta is not None:
-            log.warning("ignoring the encoder cache %s: another encoder or prompt format filled it (or another "
-                        "format); this run replaces its shards", self.folder)
+        if known:
+            log.warning("encoder cache %s holds another encoder's (or prompt format's) states: they are kept, and "
+                        "this encoder's are written beside them in shards of its own", self.folder)
+        elif meta is not None:  # another on-disk format: its shards cannot be read
+            log.warning("encoder cache %s is of another format; its shards are replaced", self.folder)
             for idx in self.folder.glob("*.idx"):
-                if not idx.name.startswith(self.prefix + "-") and _writer_gone(idx):
+                if _writer_gone(idx):
                     idx.unlink(missing_ok=True)
                     idx.with_suffix(".bin").unlink(missing_ok=True)
         tmp = meta_path.with_name(f".meta.json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "fingerprint": self.fingerprint}) + "\n")
+        tmp.write_text(json.dumps({"format": FORMAT, "fingerprints": sorted(known | {self.fingerprint})}) + "\n")
         os.replace(tmp, meta_path)  # atomic: a reader sees the old meta or the new one
 
     def _read_shard(self, idx: Path) -> None:
@@ -283,4 +296,4 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-__all__ = ["ShardStore", "Location", "SHARD_BYTES", "FORMAT"]
+__all__ = ["ShardStore", "Location", "SHARD_BYTES", "FORMAT", "fingerprints"]

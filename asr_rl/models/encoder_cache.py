@@ -11,7 +11,7 @@ of the audio and the frozen encoder, so the result is the same up to float round
 
 A cache is valid only for the encoder and prompt format that filled it: its fingerprint hashes the
 audio tower's weights, the feature extractor's settings and the tokenizer (prompt ids are cached
-too). A folder with another fingerprint is ignored with a warning, never used (and replaced).
+too). Rows of another fingerprint in the same folder are never read (and never deleted: each encoder has shards of its own).
 """
 from __future__ import annotations
 

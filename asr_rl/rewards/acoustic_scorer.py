@@ -118,7 +118,12 @@ class AcousticScorer(nn.Module):
             raise FileNotFoundError(f"{folder} is not an acoustic scorer folder (no {CONFIG} / {WEIGHTS}): "
                                     "make one with `asr-rl train scorer`")
         scorer = cls(**json.loads((folder / CONFIG).read_text()))
-        scorer.load_state_dict(load_file(str(folder / WEIGHTS)), strict=True)
+        try:
+            weights = load_file(str(folder / WEIGHTS))
+        except Exception as e:  # safetensors' own error names neither the file nor what to do
+            raise ValueError(f"{folder / WEIGHTS} cannot be read ({type(e).__name__}: {e}): the file is cut short or "
+                             "damaged; train the scorer again with `asr-rl train scorer`") from None
+        scorer.load_state_dict(weights, strict=True)
         return scorer.eval()
 
 

@@ -99,3 +99,7 @@ class RewardConfig:
             unknown = sorted(set(self.term_options) - set(self.terms))
             if unknown:
                 raise ValueError(f"reward.term_options names terms that are not in reward.terms: {unknown}")
+            from asr_rl.rewards.term_options import check_term_options
+
+            for name in self.terms:  # a term that needs an option (a folder) is named without one, too
+                check_term_options(name, self.term_options.get(name, {}))

@@ -22,6 +22,7 @@ from asr_rl.registry import Registry
 from asr_rl.rewards.base import RewardError, Sample
 from asr_rl.rewards.normalize import cer, char_errors, is_cjk, keyword_hits, normalize_text, wer, word_errors
 from asr_rl.rewards.silence import MIN_SPEECH, silence_scores
+from asr_rl.rewards.term_options import acoustic_options, plausibility_options, silence_options
 
 TermFn = Callable[..., list[float]]
 
@@ -30,14 +31,17 @@ TermFn = Callable[..., list[float]]
 class TermSpec:
     needs_reference: bool = True  # False: scores a hypothesis from the audio's facts alone
     needs_audio: bool = False  # True: listens to the sample's audio (`Sample.audio`), e.g. `acoustic`
+    # the bounds of its options (rewards/term_options.py), checked at config load: ValueError if out
+    check_options: Callable[[dict], None] | None = None
 
 
 # A term maps a batch of `Sample`s to one score per sample, each from its own sample only.
 TERMS: Registry[TermFn] = Registry("reward term", TermSpec)
 
 
-def register_term(name: str, needs_reference: bool = True, needs_audio: bool = False) -> Callable[[TermFn], TermFn]:
-    return TERMS.register(name, needs_reference=needs_reference, needs_audio=needs_audio)
+def register_term(name: str, needs_reference: bool = True, needs_audio: bool = False,
+                  check_options: Callable[[dict], None] | None = None) -> Callable[[TermFn], TermFn]:
+    return TERMS.register(name, needs_reference=needs_reference, needs_audio=needs_audio, check_options=check_options)
 
 
 def get_term(name: str) -> TermFn:
@@ -59,7 +63,7 @@ def cer_term(samples: list[Sample], floor: float = 0.0) -> list[float]:
     return [max(floor, 1.0 - cer(s.reference, s.hypothesis)) for s in samples]
 
 
-@register_term("acoustic", needs_reference=False, needs_audio=True)
+@register_term("acoustic", needs_reference=False, needs_audio=True, check_options=acoustic_options)
 def acoustic_term(samples: list[Sample], scorer: str | None = None, encoder_cache: str | None = None) -> list[float]:
     """exp(log P(hypothesis | audio) / frames) under the acoustic scorer in folder `scorer` (made by
     `asr-rl train scorer`): a term that listens and needs no transcript (rewards/acoustic.py);
@@ -69,7 +73,7 @@ def acoustic_term(samples: list[Sample], scorer: str | None = None, encoder_cach
     return acoustic_scores(samples, scorer, encoder_cache)
 
 
-@register_term("plausibility", needs_reference=False)
+@register_term("plausibility", needs_reference=False, check_options=plausibility_options)
 def plausibility_term(samples: list[Sample], model: str | None = None) -> list[float]:
     """How plausible a judge finds each transcript given its context list, no reference
     (rewards/judge.py: a reward model from `asr-rl train rm` on `asr-rl data judge-pairs`, in folder
@@ -80,7 +84,7 @@ def plausibility_term(samples: list[Sample], model: str | None = None) -> list[f
     return judge_scores(samples, model)
 
 
-@register_term("silence", needs_reference=False, needs_audio=True)
+@register_term("silence", needs_reference=False, needs_audio=True, check_options=silence_options)
 def silence_term(samples: list[Sample], min_speech: float = MIN_SPEECH, threshold: float = 0.5,
                  graded: bool = False) -> list[float]:
     """Where a voice-activity detector (silero-vad) hears under `min_speech` seconds of speech: +1 for

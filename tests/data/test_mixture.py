@@ -49,12 +49,28 @@ def test_feedback_reaches_the_dataset_the_line_came_from_and_resume_draws_the_sa
         _mixture(sizes=(5, 5, 5), probs=(1, 1, 1)).load_state_dict(state)
 
 
-def test_probabilities_are_checked_and_normalised():
+def test_probabilities_are_checked_never_silently_rescaled():
     assert split_paths("a.jsonl, b.jsonl,") == ["a.jsonl", "b.jsonl"]
-    assert check_probs([3, 1], 2) == [0.75, 0.25] and check_probs(None, 1) == [1.0]
+    assert check_probs([0.75, 0.25], 2) == [0.75, 0.25] and check_probs(None, 1) == [1.0]
     with pytest.raises(ValueError, match="names 2 datasets: give train_manifest_probs"):
         check_probs(None, 2)
     with pytest.raises(ValueError, match="has 3 values for the 2 datasets"):
         check_probs([1, 1, 1], 2)
-    with pytest.raises(ValueError, match=">= 0 with a positive sum"):
+    with pytest.raises(ValueError, match=r"must be finite numbers >= 0, got \[-1, 2\]"):
         check_probs([-1, 2], 2)
+    for bad in ([float("nan"), 0.5], [float("inf"), 0.5]):
+        with pytest.raises(ValueError, match="must be finite numbers >= 0"):
+            check_probs(bad, 2)
+    with pytest.raises(ValueError, match=r"must sum to 1 .*got \[0\.7, 0\.7\] \(sum 1\.4\); for these proportions give "
+                                         r"\[0\.5, 0\.5\]"):
+        check_probs([0.7, 0.7], 2)
+
+
+def test_the_same_dataset_twice_is_refused(tmp_path):
+    from asr_rl.trainer.recipes.rl import load_rl_config
+
+    (tmp_path / "pool.jsonl").touch()
+    twice = f"{tmp_path / 'pool.jsonl'},{tmp_path}/./pool.jsonl"
+    with pytest.raises(ValueError, match=r"pool\.jsonl \(as .*\) twice: give each dataset once, with the sum of its "
+                                         r"shares"):
+        load_rl_config("grpo", None, [f"train_manifest={twice}", "train_manifest_probs=[0.5, 0.5]"])

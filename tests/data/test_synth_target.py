@@ -239,3 +239,14 @@ def test_an_english_only_target_and_silence_labelled_in_the_source(tmp_path):
 def test_target_domain_refuses_other_languages_and_context_lists(tmp_path, capsys, extra, match):
     assert main(["data", "synth", "--domain", "target", "--out", str(tmp_path / "t"), *extra, "--quiet"]) == 2
     assert match in capsys.readouterr().err and not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("flag, value, what", [("--train", "0", "source: training lines; target: the pool's lines"),
+                                               ("--test", "0", "lines per test set"),
+                                               ("--nonspeech", "-1", "non-speech clips")])
+def test_a_size_out_of_range_names_its_flag(tmp_path, capsys, flag, value, what):
+    with pytest.raises(SystemExit) as e:
+        main(["data", "synth", "--domain", "target", "--out", str(tmp_path / "t"), flag, value, "--quiet"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be at least" in err and f"({what})" in err and not (tmp_path / "t").exists()

@@ -125,3 +125,15 @@ def test_each_dev_curve_names_the_set_its_run_evaluated(tmp_path, monkeypatch):
     plot_training({"sft": rows, "grpo": rows}, tmp_path, dev_sets=dev_set_names(dirs))
     assert drawn["axes"]["dev CER (each run's eval_manifest)"] == [
         "sft: eval/cer on corpus/dev.jsonl", "grpo: eval/cer on corpus_target/dev.jsonl"]
+
+
+def test_a_set_without_cer_gets_its_own_panel_never_a_cer_of_zero(tmp_path):
+    from asr_rl.evaluation.report import bar_panels, plot_cer_bars
+
+    evals = {"sft": {"test_clean": {"cer": 0.05}, "nonspeech": {"cer": None, "nonspeech_hallucination_rate": 0.9}},
+             "grpo": {"test_clean": {"cer": 0.04}, "nonspeech": {"cer": None, "nonspeech_hallucination_rate": 0.6}}}
+    assert bar_panels(evals) == [(["test_clean"], "cer", "CER %"),
+                                 (["nonspeech"], "nonspeech_hallucination_rate", "non-speech clips with words %")]
+    assert bar_panels({"sft": {"nonspeech": {"cer": None}}}) == []  # nothing to draw: no plot
+    assert plot_cer_bars({"sft": {"nonspeech": {"cer": None}}}, tmp_path) is None
+    assert plot_cer_bars(evals, tmp_path).is_file()

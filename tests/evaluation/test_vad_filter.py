@@ -69,3 +69,16 @@ def test_the_gates_minimum_speech_is_a_switch_and_asks_for_the_gate(whisper_mode
     assert set(_hyps(tmp_path / "ev").values()) == {""}
     assert main(["eval", "--model", str(whisper_model), "--test-set", f"t={path}", "--vad-min-speech", "0.1"]) == 2
     assert "--vad-min-speech sets the gate of --vad-filter" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_minimum_speech_that_is_not_a_finite_number_of_seconds_is_a_usage_error(value, capsys):
+    """nan would empty every clip, inf too, and -1 turn the gate off: each refused before anything loads."""
+    from asr_rl.evaluation.vad_filter import VadFilter
+
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "--model", "m", "--test-set", "t=x.jsonl", "--vad-filter", "--vad-min-speech", value])
+    assert e.value.code == 2
+    assert f"argument --vad-min-speech: must be a finite number of seconds >= 0, got {value}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--vad-min-speech is seconds of detected speech, a finite number >= 0"):
+        VadFilter(min_speech=float(value))

@@ -164,3 +164,22 @@ def test_the_original_qwen3_asr_release_format_is_refused_with_the_conversion_na
     with pytest.raises(ValueError, match=r"original Qwen3-ASR release format .*Qwen/Qwen3-ASR-0\.6B-hf.*"
                                          r"convert_qwen3_asr_to_hf.py"):
         AudioPolicy.from_pretrained(folder)
+
+
+def test_audio_whose_prompt_would_fill_the_llm_s_positions_is_refused_naming_it(tiny_model):
+    """The tiny Qwen3-ASR chunks long audio (no encoder window), and its LLM has 4,096 positions: a
+    10-minute clip's prompt alone would take them all, and decoding past them loops, saying nothing."""
+    import numpy as np
+
+    from asr_rl.models.families import AudioTooLong
+
+    policy = AudioPolicy.from_pretrained(tiny_model)
+    limit = policy.llm_config().max_position_embeddings
+    ten_minutes = np.zeros(600 * 16000, dtype=np.float32)
+    assert policy.prompt_positions(600.0) >= limit > policy.prompt_positions(20.0)
+    with pytest.raises(AudioTooLong, match=rf"utterance long_call lasts 600\.0 s: its prompt would take about \d+ "
+                                           rf"positions, and the LLM has {limit} \(max_position_embeddings\)"):
+        policy.check_durations([ten_minutes], ["long_call"])
+    policy.check_durations([ten_minutes[: 20 * 16000]], ["short"])  # 20 s fits
+    two = policy.prepare([np.zeros(32000, np.float32)], [None])
+    assert int(two.attention_mask.sum()) == policy.prompt_positions(2.0)  # the estimate is the prompt's length

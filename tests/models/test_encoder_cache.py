@@ -92,8 +92,8 @@ def test_an_encoder_that_trains_is_never_cached(whisper_model, tiny_corpus):
     assert seen == [4, 4] and not policy.encoder_cache
 
 
-def test_a_cache_folder_serves_the_next_run_and_another_encoder_ignores_it(frozen, whisper_model, tiny_corpus,
-                                                                          tmp_path, caplog):
+def test_a_cache_folder_serves_the_next_run_and_another_encoder_keeps_it(frozen, whisper_model, tiny_corpus,
+                                                                        tmp_path, caplog):
     utts = read_manifest(tiny_corpus / "train.jsonl")[:4]
     augmenter = VariantAugmenter(AugmentConfig(noise_prob=1.0, variants=1), seed=0)
     batch = BatchLoader(utts, 4, seed=0, shuffle=False, augmenter=augmenter).next_batch()
@@ -112,12 +112,19 @@ def test_a_cache_folder_serves_the_next_run_and_another_encoder_ignores_it(froze
     with torch.no_grad():
         other.spec.audio_tower(other.model).layer_norm.bias.add_(0.1)  # another encoder
     other.freeze()
-    other.use_encoder_cache(tmp_path / "cache")
-    assert len(other.encoder_cache) == 0 and "another encoder or prompt format" in caplog.text
-    # ... and replaced: the old shards are gone, the meta names the new encoder
+    other.use_encoder_cache(tmp_path / "cache")  # an acoustic scorer's encoder, given the policy's folder
+    assert len(other.encoder_cache) == 0 and "holds another encoder's" in caplog.text
+    other.encode_batch(batch)
+    other.save_encoder_cache()
+    # ... beside the first one's rows, which the next run of the first encoder still reads, encoding nothing
     meta = json.loads((tmp_path / "cache" / "meta.json").read_text())
-    assert meta["fingerprint"] == other.encoder_cache.fingerprint != frozen.encoder_cache.fingerprint
-    assert not list((tmp_path / "cache").glob(frozen.encoder_cache.fingerprint[:12] + "*"))
+    assert sorted(meta["fingerprints"]) == sorted([frozen.encoder_cache.fingerprint, other.encoder_cache.fingerprint])
+    third = AudioPolicy.from_pretrained(whisper_model)
+    third.freeze()
+    third.use_encoder_cache(tmp_path / "cache")
+    seen = count_encoder_rows(third)
+    rows = third.encode_batch(BatchLoader(utts, 4, seed=0, shuffle=False, augmenter=augmenter).next_batch())
+    assert seen == [] and all(torch.equal(a.audio, b.audio) for a, b in zip(first, rows))
     # another augmenter's variants are other keys; the clean audio is shared
     tags = {k[1] for k in BatchLoader(utts, 4, seed=0, shuffle=False,
                                       augmenter=VariantAugmenter(AugmentConfig(noise_prob=0.5, variants=1),

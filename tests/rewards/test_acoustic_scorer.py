@@ -102,3 +102,49 @@ def test_the_term_names_what_it_lacks(tmp_path):
         get_term("acoustic")([Sample("call anna", None, audio="x.wav")])
     with pytest.raises(FileNotFoundError, match="not an acoustic scorer folder"):
         AcousticScorer.load(tmp_path)
+
+
+def test_a_scorer_file_cut_short_is_named_with_what_to_do(tmp_path):
+    AcousticScorer(8, list("abc"), hidden=8, layers=1).save(tmp_path / "s")
+    weights = tmp_path / "s" / "scorer.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match=rf"{weights} cannot be read .*cut short or damaged; train the scorer again"):
+        AcousticScorer.load(tmp_path / "s")
+
+
+def _scorer_cfg(model, tiny_corpus, tmp_path, *extra):
+    from asr_rl.config import load_config
+    from asr_rl.trainer.recipes.scorer import ScorerConfig
+
+    return load_config(ScorerConfig, None, [f"pretrain={model}", f"train_manifest={tiny_corpus / 'train.jsonl'}",
+                                            f"output_dir={tmp_path / 'scorer'}", "max_steps=2", "train_batch_size=4",
+                                            "logging.tensorboard=false", "logging.progress_bar=false", *extra])
+
+
+def test_a_dev_set_without_words_or_transcripts_is_refused_before_training(whisper_model, tiny_corpus, tmp_path):
+    from tests.conftest import write_manifest, write_tone
+    from asr_rl.trainer.recipes.scorer import train_scorer
+
+    write_tone(tmp_path / "a.wav")
+    silent = write_manifest(tmp_path / "silent.jsonl", [{"id": f"s{i}", "audio": "a.wav", "text": "", "language": "en"}
+                                                        for i in range(3)])
+    with pytest.raises(ValueError, match=rf"eval_manifest={silent}: none of its 3 lines has a transcript with words"):
+        train_scorer(_scorer_cfg(whisper_model, tiny_corpus, tmp_path, f"eval_manifest={silent}"))
+    unlabelled = write_manifest(tmp_path / "u.jsonl", [{"id": "a", "audio": "a.wav", "text": "call anna"},
+                                                       {"id": "b", "audio": "a.wav"}])
+    with pytest.raises(ValueError, match=rf"{unlabelled}:2.*the scorer's dev CER"):
+        train_scorer(_scorer_cfg(whisper_model, tiny_corpus, tmp_path, f"eval_manifest={unlabelled}"))
+    assert not (tmp_path / "scorer").exists()  # refused before the run folder, let alone any training
+
+
+def test_an_encoder_no_training_ever_touched_is_refused(tiny_model, tiny_corpus, tmp_path):
+    """A fresh `model init` with a random encoder: SFT records the steps it trains one (its CTC), and
+    a scorer listens only through an encoder something trained."""
+    from asr_rl.config import ConfigError
+    from asr_rl.models.builders import read_info
+    from asr_rl.trainer.recipes.scorer import check_encoder_trained
+
+    assert read_info(tiny_model)["encoder"] == "random" and "encoder_steps" not in read_info(tiny_model)
+    with pytest.raises(ConfigError, match=r"its audio encoder is `model init`'s random one, never trained"):
+        check_encoder_trained(_scorer_cfg(tiny_model, tiny_corpus, tmp_path))
+    check_encoder_trained(_scorer_cfg(tiny_model, tiny_corpus, tmp_path, "encoder_trained=true"))  # vouched for

@@ -12,6 +12,7 @@ from asr_rl.config import RunConfig
 from asr_rl.settings import setting
 from asr_rl.rewards.config import RewardConfig
 from asr_rl.data.augment import AugmentConfig
+from asr_rl.data.mixture import check_one_dataset, check_paths_distinct, check_probs, split_paths
 from asr_rl.data.readers import ReadingDataConfig
 from asr_rl.data.signal_sampler import RLDataConfig
 from asr_rl.trainer.configs.early_stopping import EarlyStoppingConfig
@@ -56,6 +57,7 @@ class SFTConfig(EarlyStoppingConfig, RunConfig):
             raise ValueError(f"train_batch_size {self.train_batch_size} is not a multiple of "
                              f"micro_train_batch_size {self.micro_train_batch_size}")
         self.check_early_stopping(self.eval_manifest, self.eval_steps)
+        check_one_dataset(self.train_manifest, "SFT")
 
 
 @dataclass(frozen=True)
@@ -371,8 +373,7 @@ class RLConfig(RunConfig):
                              "set model.freeze_encoder=true")
         self._check_filtering_and_length()
         if self.train_manifest and (self.train_manifest_probs or "," in self.train_manifest):
-            from asr_rl.data.mixture import check_probs, split_paths
-
+            check_paths_distinct(split_paths(self.train_manifest))
             check_probs(self.train_manifest_probs, len(split_paths(self.train_manifest)))
         from asr_rl.trainer.configs.group_loss import check_group_loss  # what a group loss (its spec) needs
 

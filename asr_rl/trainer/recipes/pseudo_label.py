@@ -8,7 +8,8 @@ Two methods, both through the RL rollout engine (`HFRolloutEngine`):
   RAFT, Dong et al. 2023, arXiv:2304.06767; OpenRLHF's best-of-N). Ties go to the first
   (the top beam, or the first sample).
 An empty hypothesis is never a label, except on a non-speech line (`"text": ""`) and, on an
-unlabelled line, where best-of-N's reward scores it highest (a reward that hears nobody speak).
+unlabelled line, where best-of-N's reward scores it strictly highest (a reward that hears nobody
+speak; on a tie with a transcript that has words, the words are kept).
 
 Each written line is the input line (every field, `audio` absolute) with `text` = the label, the
 line's own transcript kept as `reference_text` when it had one (to measure the labels against),
@@ -21,9 +22,11 @@ certain, lower is less sure (rounded to 4 decimals). `min_confidence` drops the 
 `<out stem>.dropped.jsonl`, each with its reason, as it does lines whose hypotheses are all empty.
 
 Resumable: lines are appended and flushed one by one; a rerun skips the ids already in the output
-and the dropped file, and rewrites a half-written last line. Only a file this command wrote for the
-same model, pool and method is continued; any other `--out` (a manifest labelled by people) is
-refused, naming it, and left untouched. Batches are fixed runs of the
+and the dropped file, and rewrites a half-written last line (only one its own lines before it, or its
+own fields, show this command wrote). Only a file this command wrote for the same model, pool and
+method is continued; any other `--out` (a manifest labelled by people) is refused, naming it, and
+left byte for byte. The output is locked while a run writes it (`.<out name>.lock` beside it): a
+second run on the same `--out` stops, naming the first one's pid. Batches are fixed runs of the
 manifest's lines, recomputed whole, so a resumed run writes what an uninterrupted one would.
 A line that cannot be decoded (bad manifest line, missing or unreadable audio, too long) is named
 with its file:line and skipped; the report lists them.
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from asr_rl.data.manifest import Utterance, manifest_row
+from asr_rl.trainer.run.folder import RunLock
 
 log = logging.getLogger("asr_rl.pseudo_label")
 
@@ -62,32 +66,60 @@ def dropped_path(out: str | Path) -> Path:
 
 def choose(hypotheses: list[str], rewards: list[float], non_speech: bool) -> int | None:
     """The index of the hypothesis to keep: the highest reward, the first on ties; empty ones only on
-    a non-speech line. None when every hypothesis is empty."""
+    a non-speech line, and there only by scoring strictly highest (a tie with words keeps the words:
+    a reward that cannot tell them apart has not heard silence). None when every hypothesis is empty."""
     allowed = [j for j, h in enumerate(hypotheses) if h.strip() or non_speech]
-    return max(allowed, key=lambda j: (rewards[j], -j)) if allowed else None
+    return max(allowed, key=lambda j: (rewards[j], bool(hypotheses[j].strip()), -j)) if allowed else None
 
 
 def resume_ids(path: Path, method: str, origin: dict[str, str] | None = None) -> set[str]:
-    """Ids a previous run wrote to `path` (empty when there is none). A last line cut short by a
-    kill (no newline) is removed, so that it is written again. Only a file this command wrote, with
-    this method and (`origin`) this model and pool, is continued: a line that is not a JSON object,
-    has no `pseudo_label` (a manifest labelled by people), or was labelled otherwise is an error
-    naming the file and line, and nothing is written."""
+    """Ids a previous run wrote to `path` (empty when there is none). Only a file this command wrote,
+    with this method and (`origin`) this model and pool, is continued: a line that is not a JSON
+    object, has no `pseudo_label` (a manifest labelled by people), or was labelled otherwise is an
+    error naming the file and line, and nothing is touched. A last line without its newline is this
+    command's only when the file proves it: a whole line of its own (the newline is added), or a cut
+    line after lines of its own (a kill mid-write: removed, and written again); any other is refused."""
     if not path.is_file():
         return set()
     data = path.read_bytes()
     complete, _, partial = data.rpartition(b"\n")
-    _check_lines(path, complete, method, origin)
-    if partial:
+    lines = complete.split(b"\n") if complete else []
+    _check_lines(path, lines, method, origin)
+    if partial and _is_own_line(partial, method, origin):
+        with open(path, "ab") as f:
+            f.write(b"\n")
+        lines.append(partial)
+    elif partial and lines and not _parses(partial):
         log.warning("%s: removing a half-written last line (it is written again)", path)
         with open(path, "r+b") as f:
             f.truncate(len(data) - len(partial))
-    return {str(json.loads(raw)["id"]) for raw in (complete.split(b"\n") if complete else [])}
+    elif partial:
+        at = f"{path}:{len(lines) + 1}"
+        raise ValueError(f"{at} has no newline and is not a line this command wrote, nor one it was writing when "
+                         f"stopped: {path} is left as it is; give another --out (or, if a run of this command was "
+                         "killed while writing its first line, delete the file)")
+    return {str(json.loads(raw)["id"]) for raw in lines}
 
 
-def _check_lines(path: Path, complete: bytes, method: str, origin: dict[str, str] | None) -> None:
+def _parses(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_own_line(raw: bytes, method: str, origin: dict[str, str] | None) -> bool:
+    try:
+        _check_lines(Path(), [raw], method, origin)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_lines(path: Path, lines: list[bytes], method: str, origin: dict[str, str] | None) -> None:
     """`resume_ids`' refusals, all before anything is touched."""
-    for lineno, raw in enumerate(complete.split(b"\n") if complete else [], start=1):
+    for lineno, raw in enumerate(lines, start=1):
         try:
             row = json.loads(raw)
             str(row["id"])
@@ -131,23 +163,34 @@ def pseudo_label(model: str, manifest: str, out: str, *, best_of: int = 1, rewar
     rollout = RolloutConfig(mode=mode if best_of > 1 else "beam", n_samples_per_prompt=best_of, top_p=top_p,
                             temperature=temperature if best_of > 1 and mode == "sample" else 1.0,
                             max_new_tokens=max_new_tokens)
-    # step 2: what a previous run did
+    # step 2: the output, locked (a second run on it stops instead of writing every label twice), and
+    # what a previous run did
     out_path = Path(out)
-    origin = {"model": str(Path(model).resolve()), "pool": str(Path(manifest).resolve())}
-    done = resume_ids(out_path, method, origin) | resume_ids(dropped_path(out_path), method, origin)
-    report.already_done = sum(u.id in done for u in scan.utterances)
-    # step 3: the model
-    labeller = Labeller(load_policy(model, device, dtype), rollout, make_reward(reward_cfg) if reward_cfg else None,
-                        seed)
-    labeller.check_prompts(scan.utterances, manifest)
-    # step 4: fixed batches of the manifest's lines, each decoded whole, its new lines appended
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with RunLock(out_path.parent, out_path.with_name(f".{out_path.name}.lock"), what=f"--out {out_path}"):
+        origin = {"model": str(Path(model).resolve()), "pool": str(Path(manifest).resolve())}
+        done = resume_ids(out_path, method, origin) | resume_ids(dropped_path(out_path), method, origin)
+        report.already_done = sum(u.id in done for u in scan.utterances)
+        # step 3: the model
+        labeller = Labeller(load_policy(model, device, dtype), rollout,
+                            make_reward(reward_cfg) if reward_cfg else None, seed)
+        labeller.check_prompts(scan.utterances, manifest)
+        # step 4: fixed batches of the manifest's lines, each decoded whole, its new lines appended
+        _write_labels(labeller, scan.utterances, out_path, done, origin, min_confidence, batch_size, report, progress)
+    report.seconds = time.perf_counter() - start
+    log.info("pseudo-label %s -> %s: %s", manifest, out, report.summary())
+    return report
+
+
+def _write_labels(labeller: "Labeller", utterances: list[Utterance], out_path: Path, done: set[str],
+                  origin: dict[str, str], min_confidence: float | None, batch_size: int, report: PseudoLabelReport,
+                  progress: bool) -> None:
     from tqdm import tqdm
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=len(scan.utterances) - report.already_done, desc="pseudo-label", disable=not progress)
+    bar = tqdm(total=len(utterances) - report.already_done, desc="pseudo-label", disable=not progress)
     with open(out_path, "a", encoding="utf-8") as f, _LazyAppend(dropped_path(out_path)) as dropped:
-        for b in range(0, len(scan.utterances), batch_size):
-            chunk = scan.utterances[b:b + batch_size]
+        for b in range(0, len(utterances), batch_size):
+            chunk = utterances[b:b + batch_size]
             if all(u.id in done for u in chunk):
                 continue
             for u, label in labeller.label(chunk, report.bad):
@@ -164,9 +207,6 @@ def pseudo_label(model: str, manifest: str, out: str, *, best_of: int = 1, rewar
                     report.written += 1
             bar.update(sum(u.id not in done for u in chunk))
     bar.close()
-    report.seconds = time.perf_counter() - start
-    log.info("pseudo-label %s -> %s: %s", manifest, out, report.summary())
-    return report
 
 
 def _drop_reason(label: dict, min_confidence: float | None) -> tuple[str | None, str | None]:

@@ -5,7 +5,7 @@ scripts/bench_adapt.py; sampling-and-reranking as in best-of-N decoding, e.g. Na
 
 The reward sees every line as unlabelled (its transcript hidden), as RL on unlabelled audio does; the
 choice is pseudo-label's best-of-N (`choose`: the highest reward, the first sample on ties; an empty
-transcript where the reward scores it best, e.g. the silence term); an utterance whose samples are
+transcript only where the reward scores it strictly best, e.g. the silence term); an utterance whose samples are
 all empty gets "". Samples are seeded per (utterance id, sample): a rerun decodes the same.
 """
 from __future__ import annotations
@@ -16,9 +16,14 @@ from dataclasses import dataclass
 
 from asr_rl.data.manifest import Utterance
 from asr_rl.evaluation.metrics import UtteranceResult
+from asr_rl.rewards.base import RewardError
 from asr_rl.trainer.configs.rl import RolloutConfig
 
 log = logging.getLogger("asr_rl.eval")
+
+
+NO_REFERENCE = ("reranking passes the reward no reference (every line's transcript is hidden, as on unlabelled "
+                "audio: `labels` and `references` are None)")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,13 @@ class Rerank:
     def __post_init__(self) -> None:
         if self.n < 2:
             raise ValueError(f"--rerank needs at least 2 samples an utterance, got {self.n}")
+        from asr_rl.rewards.pipeline import reward_spec_config
+        from asr_rl.rewards.terms import TERMS
+
+        needy = [t for t in reward_spec_config(self.reward).terms or () if TERMS.spec(t).needs_reference]
+        if needy:  # checked before any model loads
+            raise ValueError(f"--reward {self.reward}: {NO_REFERENCE}, and reward term {needy[0]!r} needs it; use terms "
+                             f"that need none ({', '.join(TERMS.where(needs_reference=False))})")
 
 
 def rerank_transcribe(rerank: Rerank, policy, utterances: list[Utterance], batch_size: int = 8,
@@ -54,7 +66,12 @@ def rerank_transcribe(rerank: Rerank, policy, utterances: list[Utterance], batch
         chunk = utterances[start:start + batch_size]
         hidden = [dataclasses.replace(u, text=None) for u in chunk]  # the reward never reads the transcript
         shown = {id(h): u for h, u in zip(hidden, chunk)}
-        for h, label in labeller.label(hidden, bad):
+        try:
+            labelled = labeller.label(hidden, bad)
+        except RewardError as e:  # a reward file that reads the transcript it is not given
+            raise RewardError(f"--reward {rerank.reward}: {e}; {NO_REFERENCE}: a reward that reads the transcript "
+                              "cannot rerank") from e
+        for h, label in labelled:
             u = shown[id(h)]
             results[u.id] = UtteranceResult(u.id, u.text, label["text"] or "", u.language, u.keywords,
                                             duration=u.duration or 0.0, speaker=u.speaker, context=u.context,

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import torch
 
-from asr_rl.config import RunConfig
+from asr_rl.config import ConfigError, RunConfig
 from asr_rl.data.augment import AugmentConfig, VariantAugmenter
 from asr_rl.data.batching import BatchLoader, iter_batches
-from asr_rl.data.manifest import read_manifest
+from asr_rl.data.manifest import ManifestError, read_manifest, scan_manifest
 from asr_rl.data.readers import ReadingDataConfig
 from asr_rl.data.utterance_table import column_of
 from asr_rl.rewards.acoustic_scorer import AcousticScorer, source_chars
+from asr_rl.models.builders import read_info
 from asr_rl.models.loading import load_policy, require_audio_llm
 from asr_rl.rewards.normalize import cer
 from asr_rl.settings import setting
@@ -53,9 +54,13 @@ class ScorerConfig(RunConfig):
         model: how the audio model is loaded; `model.encoder_cache` reuses its SFT's encoder states.
         augment: augmentation variants of the audio the scorer hears (the SFT's, so the cache serves them).
         data: how `train_manifest` is read.
+        encoder_trained: vouch that `pretrain`'s encoder was trained though its folder records no
+            training (a `model init` random encoder that an SFT of an earlier version trained); a
+            random encoder with no record is refused.
     """
 
     train_batch_size: int = setting(16, ge=1)
+    encoder_trained: bool = False
     hidden: int = setting(256, ge=2)
     layers: int = setting(2, ge=1)
     labels_per_frame: int = setting(2, ge=1)
@@ -81,9 +86,35 @@ def dev_cer(scorer: AcousticScorer, policy, manifest: str, options) -> float:
     return errors / max(chars, 1.0)
 
 
+def check_dev_set(manifest: str, options) -> None:
+    """The dev set the scorer's CER is measured on, before any training: every line labelled, and
+    some with words (0 errors over 0 characters is no CER)."""
+    scan = scan_manifest(manifest, check_audio=False, text_needed_by="the scorer's dev CER (eval_manifest)",
+                         options=options)
+    if scan.problems:
+        raise ManifestError(manifest, scan.problems)
+    if not any(column_of(scan.utterances, "text")):
+        raise ValueError(f"eval_manifest={manifest}: none of its {len(scan.utterances)} lines has a transcript with "
+                         "words (all \"\"), so it has no CER to report; give labelled speech, or no eval_manifest")
+
+
+def check_encoder_trained(cfg: ScorerConfig) -> None:
+    """A scorer listens through `pretrain`'s encoder: one `model init` drew at random and no SFT has
+    trained (its `asr_rl.json` records the steps) hears nothing."""
+    info = read_info(cfg.pretrain)
+    if info.get("encoder") == "random" and not info.get("encoder_steps") and not cfg.encoder_trained:
+        raise ConfigError(f"pretrain={cfg.pretrain}: its audio encoder is `model init`'s random one, never trained, "
+                          "and a scorer that listens through it cannot hear; train it first (`asr-rl train sft`, "
+                          "where a random encoder trains with CTC), or give a model with a pretrained encoder "
+                          "(if SFT trained this one before asr-rl recorded it, add encoder_trained=true)")
+
+
 def train_scorer(cfg: ScorerConfig) -> Path:
     """Train to `max_steps`; writes `output_dir/final` (scorer + `encoder/`) and returns it."""
     require_audio_llm(cfg.pretrain)
+    check_encoder_trained(cfg)
+    if cfg.eval_manifest:
+        check_dev_set(cfg.eval_manifest, cfg.data)
     with setup_run(cfg) as ctx:
         if not cfg.train_manifest:
             raise ValueError("`train_manifest` is not set: give labelled utterances, train_manifest=PATH")
@@ -91,9 +122,6 @@ def train_scorer(cfg: ScorerConfig) -> Path:
                              text_needed_by="the acoustic scorer", options=cfg.data, trust_durations=True)
         policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
         policy.freeze()
-        if not policy.encoder_frozen:
-            raise ValueError(f"{cfg.pretrain}: the scorer reads a frozen encoder's states, and this model's encoder "
-                             "trains (model.freeze_encoder=false?)")
         d_audio = policy.spec.encoder_width(policy.model.config)  # the family's spec knows its encoder
         scorer = AcousticScorer(d_audio, source_chars(column_of(utts, "text")), cfg.hidden, cfg.layers,
                                 cfg.labels_per_frame).to(ctx.device)

@@ -105,6 +105,9 @@ def train_sft(cfg: SFTConfig):
         longest = max(token_lengths(model.tokenizer, set(column_of(utts, "text"))).values()) + 1
         require_prompts_fit(utts, model.tokenizer, model.prompt_limit, longest, "train_manifest")
         policy = load_policy(cfg.pretrain, cfg.model, ctx.device, cfg.data.sample_rate)
+        # a model-init folder records how many steps its encoder has trained (the acoustic scorer
+        # refuses to listen through one that never did)
+        encoder_steps = policy.info.get("encoder_steps", 0) if policy.info and not policy.encoder_frozen else None
         ctc_head = _make_ctc_head(policy, cfg, ctx.device, utts)
         params = [p for _, p in policy.trainable_parameters()] + (list(ctc_head.parameters()) if ctc_head else [])
         strategy = LocalStrategy.from_config(params, cfg.optim, cfg.max_steps)
@@ -120,24 +123,18 @@ def train_sft(cfg: SFTConfig):
             step, state = _restore(ctx.resume_from, policy, ctc_head, strategy, loader)
         end = StepEnd(cfg, make_logger(cfg, ctx, resume_step=step), step, "sft", postfix="loss/total",
                       early_stopping=EarlyStopping.from_config(cfg), decay_now=strategy.decay_now,
-                      decaying=strategy.decaying,
+                      decaying=strategy.decaying, fit_schedule=strategy.fit_schedule,
                       save_best=functools.partial(save_final, ctx.output_dir, policy.save_pretrained, "best"))
         end.load_state_dict(state)
         evaluate = (functools.partial(evaluate_during_training, policy, cfg.eval_manifest, cfg.eval, options=cfg.data)
                     if cfg.eval_manifest else None)
         accum = cfg.train_batch_size // cfg.micro_train_batch_size
         while step < cfg.max_steps and not end.done:
-            policy.train()
-            t0, metrics = time.perf_counter(), {}
-            for micro in range(accum):
-                rng = np.random.default_rng([cfg.seed, step, micro])
-                batch = loader.next_batch()
-                loss, m = sft_loss(policy, ctc_head, batch, cfg, rng)
-                _check_finite(loss, m, step + 1, batch)
-                strategy.backward(loss / accum, last=micro == accum - 1)
-                metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
-            grad_norm = strategy.step()
+            t0 = time.perf_counter()
+            metrics, grad_norm = _train_step(policy, ctc_head, loader, strategy, cfg, step, accum)
             step += 1
+            if encoder_steps is not None:
+                policy.info["encoder_steps"] = encoder_steps + step
             if policy.encoder_frozen:  # what the cache holds, and what filling it has cost so far
                 metrics.update({**policy.encoder_cache.metrics(), "time/encoder_total": policy.encoder_seconds})
             metrics.update({"grad_norm": grad_norm, "lr": strategy.lr, "epoch": loader.epoch,
@@ -149,6 +146,20 @@ def train_sft(cfg: SFTConfig):
         end.close()
         policy.save_encoder_cache()  # rows were written as they were encoded: release the folder
         return save_final(ctx.output_dir, policy.save_pretrained)
+
+
+def _train_step(policy, ctc_head, loader, strategy, cfg: SFTConfig, step: int, accum: int) -> tuple[dict, float]:
+    """One optimiser step over `accum` micro-batches: (their mean metrics, the gradient norm)."""
+    policy.train()
+    metrics: dict = {}
+    for micro in range(accum):
+        rng = np.random.default_rng([cfg.seed, step, micro])
+        batch = loader.next_batch()
+        loss, m = sft_loss(policy, ctc_head, batch, cfg, rng)
+        _check_finite(loss, m, step + 1, batch)
+        strategy.backward(loss / accum, last=micro == accum - 1)
+        metrics = {k: metrics.get(k, 0) + v / accum for k, v in m.items()}
+    return metrics, strategy.step()
 
 
 def _plan_cache(cfg: SFTConfig, model: ModelFacts, utts, augment) -> None:

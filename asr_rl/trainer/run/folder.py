@@ -26,7 +26,9 @@ RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
 # Settings a resumed run may change: how long and how often, where it logs and evaluates, where it
 # runs. Every other setting defines the run.
-RESUMABLE_CHANGES = {"resume", "overwrite_output_dir", "max_steps", "max_minutes", "save_steps", "eval_steps",
+# `output_dir` is where the run is, not what it is: a folder moved with `mv` (or named from another
+# working directory) holds the same run.
+RESUMABLE_CHANGES = {"output_dir", "resume", "overwrite_output_dir", "max_steps", "max_minutes", "save_steps", "eval_steps",
                      "eval_manifest", "max_ckpt_num", "num_threads", "device", "logging", "eval",
                      "distributed.ray_num_cpus"}
 # Path settings: (key, kind) checked up front; "model" = a folder with config.json, "data" = a file
@@ -51,24 +53,33 @@ def check_paths(cfg) -> None:
 
 
 class RunLock:
-    """An exclusive `flock` on `<output_dir>/.lock`, held until `release()` or process exit."""
+    """An exclusive `flock` on `<output_dir>/.lock` (or on `lock`, guarding what `what` names: an
+    output file, "--out FILE"), held until `release()` or process exit."""
 
-    def __init__(self, folder: Path):
-        self.path = folder / LOCK_FILE
+    def __init__(self, folder: Path, lock: Path | None = None, what: str | None = None):
+        self.path = lock or folder / LOCK_FILE
+        what = what or f"output_dir {folder}"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(self.fd)
-            raise ConfigError(f"output_dir {folder} is in use by another run (pid {holder}); wait for it to finish, "
-                              "or choose another output_dir") from None
+            option = what.split()[0]
+            raise ConfigError(f"{what} is in use by another run (pid {holder}); wait for it to finish, "
+                              f"or choose another {option}") from None
         previous = os.pread(self.fd, 64, 0).decode(errors="replace").strip()
         if previous:
-            log.info("%s: the run before (pid %s) ended without releasing its lock; taking it over", folder, previous)
+            log.info("%s: the run before (pid %s) ended without releasing its lock; taking it over", what, previous)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, str(os.getpid()).encode(), 0)
         atexit.register(self.release)  # a run that ends (or fails) cleanly leaves an empty lock file
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
     def release(self) -> None:
         if self.fd is not None:
@@ -80,14 +91,21 @@ class RunLock:
 
 def defining_settings(cfg) -> dict:
     """The settings that define a run, by dotted key."""
-    return {k: v for k, v in leaf_values(cfg).items()
-            if k not in RESUMABLE_CHANGES and k.split(".", 1)[0] not in RESUMABLE_CHANGES}
+    return {k: v for k, v in leaf_values(cfg).items() if _defining(k)}
+
+
+def _defining(key: str) -> bool:
+    return key not in RESUMABLE_CHANGES and key.split(".", 1)[0] not in RESUMABLE_CHANGES
 
 
 def check_run_folder(cfg, command: str, has_checkpoints: bool) -> None:
     """Refuse a run that `cfg.output_dir` may not take (another run's checkpoints there without
     resume=auto of the same run, or resume=none without overwrite_output_dir); writes nothing."""
     out = Path(cfg.output_dir)
+    if has_checkpoints and cfg.resume == "auto" and cfg.overwrite_output_dir:
+        raise ConfigError(f"output_dir {out} holds a run's checkpoints, and overwrite_output_dir=true (start over) "
+                          "meets resume=auto (continue that run; the default): add resume=none to delete them and "
+                          "start over, or drop overwrite_output_dir to continue")
     if has_checkpoints and cfg.resume == "auto":
         _check_same_run(out, cfg, command)
     elif has_checkpoints and cfg.resume in ("none", "", "false") and not cfg.overwrite_output_dir:
@@ -121,15 +139,20 @@ def _check_same_run(out: Path, cfg, command: str) -> None:
     # a setting added to the toolkit since that run was recorded, left at its default, is what the
     # run did (new settings default to the old behaviour): not a difference
     defaults = json.loads(json.dumps(defining_settings(type(cfg)()), default=str))
-    keys = sorted(k for k in set(before["settings"]) | set(now)
-                  if k in before["settings"] or now.get(k) != defaults.get(k))
+    keys = sorted(k for k in set(before["settings"]) | set(now)  # a run.json of older versions records more
+                  if _defining(k) and (k in before["settings"] or now.get(k) != defaults.get(k)))
     diffs += [f"{k}: {before['settings'].get(k)!r} -> {now.get(k)!r}" for k in keys
               if before["settings"].get(k) != now.get(k)]
     if diffs:
         shown = "; ".join(diffs[:6]) + (f"; and {len(diffs) - 6} more" if len(diffs) > 6 else "")
+        from asr_rl.trainer.run.checkpoint import list_checkpoints
+
+        ckpts = list_checkpoints(out)
+        moved = (f"; if its files moved (paths differ), resume={ckpts[-1]} continues from its checkpoint with these "
+                 "settings" if ckpts else "")
         raise ConfigError(f"output_dir {out} holds the checkpoints of a different run ({shown}). To resume that run, "
-                          f"use its settings ({out / 'config.yaml'}); to start over in this folder, add resume=none "
-                          "overwrite_output_dir=true; or choose another output_dir")
+                          f"use its settings ({out / 'config.yaml'}){moved}; to start over in this folder, add "
+                          "resume=none overwrite_output_dir=true; or choose another output_dir")
 
 
 def _get(cfg, dotted: str):

@@ -61,9 +61,11 @@ class StepEnd:
 
     def __init__(self, cfg: RunConfig, logger, first_step: int, desc: str, postfix: str | None = None,
                  early_stopping: EarlyStopping | None = None, save_best: Callable[..., object] | None = None,
-                 decay_now: Callable[[int], None] | None = None, decaying: Callable[[], bool] | None = None):
+                 decay_now: Callable[[int], None] | None = None, decaying: Callable[[], bool] | None = None,
+                 fit_schedule: Callable[[int, int], bool] | None = None):
         self.cfg, self.logger, self.postfix = cfg, logger, postfix
         self.early, self.save_best, self.decay_now, self.decaying = early_stopping, save_best, decay_now, decaying
+        self.fit_schedule, self.fitted = fit_schedule, False  # the schedule laid out anew for the cap (once)
         self.step = first_step
         self.cap_decay_end: int | None = None  # where a decay the time cap began ends (WSD: the run ends there)
         self.ends: deque[float] = deque([time.perf_counter()], maxlen=1001)  # recent step ends: the pace
@@ -116,15 +118,24 @@ class StepEnd:
         included, over as many recent steps as the decay has: a warm cache's, not the first epoch's): a
         slower host then decays sooner instead of being cut before its decay, which is where most of
         the gain comes. Logged (and `schedule/decay_for_time_cap` in the metrics) when it moves the
-        schedule."""
+        schedule. First, when the steps the cap holds cannot hold the warm-up and that decay, the
+        schedule is laid out over those steps (`fit_schedule`; `schedule/planned_for_time_cap`)."""
         self.ends.append(now)
-        n = self._planned_decay(step)
-        if self.cfg.max_minutes <= 0 or n == 0 or self.decay_now is None or len(self.ends) < 4:
+        if self.cfg.max_minutes <= 0 or len(self.ends) < 4:
             return
-        recent = list(self.ends)[-min(n, 1000) - 1:]
+        n = self._planned_decay(step)
+        recent = list(self.ends)[-min(max(n, 3), 1000) - 1:]
         pace = (recent[-1] - recent[0]) / (len(recent) - 1)
         left = 60 * (self.cfg.max_minutes - metrics["time/elapsed_min"])
-        if left > n * pace:
+        holds = step + int(left / pace) if pace > 0 else self.cfg.max_steps
+        if (self.fit_schedule is not None and not self.fitted and holds < self.cfg.max_steps
+                and self.fit_schedule(holds, n)):
+            self.fitted = True
+            log.warning("max_minutes %g holds about %d steps at %.2f s a step, too few for the warm-up and the %d-step "
+                        "decay planned over max_steps=%d: the schedule is planned over %d steps instead (its warm-up "
+                        "reaches the peak rate)", self.cfg.max_minutes, holds, pace, n, self.cfg.max_steps, holds)
+            metrics["schedule/planned_for_time_cap"] = holds
+        if n == 0 or self.decay_now is None or left > n * pace:
             return
         planned, fits = n, max(1, int(left / pace)) if pace > 0 else n
         if fits >= 0.9 * n:  # the time left is (about) what the decay takes: the check's own step of slack

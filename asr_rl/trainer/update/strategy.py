@@ -30,11 +30,18 @@ class LRSchedule:
 
     def __init__(self, cfg: AdamWConfig, total_steps: int):
         self.kind, self.style, self.floor = cfg.lr_scheduler, cfg.lr_decay_style, cfg.min_lr_ratio
-        self.total = total_steps
-        self.warmup = int(math.ceil(cfg.lr_warmup_ratio * total_steps))
-        decay = int(math.ceil(cfg.lr_decay_ratio * total_steps)) if self.kind == "warmup_stable_decay" else 0
-        self.stable_end = max(self.warmup, total_steps - decay)  # WSD's decay trains steps stable_end+1 ..
+        self.warmup_ratio, self.decay_ratio = cfg.lr_warmup_ratio, cfg.lr_decay_ratio
         self.cut: tuple[int, int, float] | None = None  # a decay begun early: (k, n, the rate step k trained at)
+        self.plan(total_steps)
+
+    def plan(self, total_steps: int) -> None:
+        """Warm-up, stable phase and decay laid out over `total_steps` (`max_steps`, or the steps a
+        time cap holds: `StepEnd` plans again once it knows the pace). A warm-up under way goes on
+        at the shorter warm-up's rate."""
+        self.total = total_steps
+        self.warmup = int(math.ceil(self.warmup_ratio * total_steps))
+        decay = int(math.ceil(self.decay_ratio * total_steps)) if self.kind == "warmup_stable_decay" else 0
+        self.stable_end = max(self.warmup, total_steps - decay)  # WSD's decay trains steps stable_end+1 ..
 
     def base(self, k: int) -> float:
         """The schedule as configured, without an early decay."""
@@ -50,10 +57,11 @@ class LRSchedule:
         return self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     def _decay(self, top: float, progress: float) -> float:
-        """From `top` (progress 0) to the floor (progress >= 1) in `lr_decay_style`'s shape."""
-        p = min(1.0, progress)
+        """From `top` (progress 0) to the floor (progress >= 1) in `lr_decay_style`'s shape; never up
+        (a decay begun below the floor, inside a warm-up, stays where it began)."""
+        p, floor = min(1.0, progress), min(self.floor, top)
         shape = 0.5 * (1 + math.cos(math.pi * p)) if self.style == "cosine" else 1 - p
-        return self.floor + (top - self.floor) * shape
+        return floor + (top - floor) * shape
 
     def decay_now(self, k: int, steps: int) -> None:
         """Steps k+1 .. k+steps decay from the rate step k trained at to the floor."""
@@ -101,6 +109,18 @@ class LocalStrategy:
         self.schedule.decay_now(k, steps)
         for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
             group["lr"] = base * self.schedule(k)
+
+    def fit_schedule(self, steps: int, decay_steps: int = 0) -> bool:
+        """When the warm-up and a decay of `decay_steps` do not fit in `steps` (what a time cap holds
+        at the run's pace), lay the schedule out over `steps` instead (`LRSchedule.plan`: a shorter
+        warm-up that reaches the peak) and set the next step's rate again; True when it did."""
+        if self.schedule is None or self.schedule.cut is not None or self.schedule.warmup + decay_steps <= steps:
+            return False
+        k = self.scheduler.last_epoch
+        self.schedule.plan(steps)
+        for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+            group["lr"] = base * self.schedule(k)
+        return True
 
     def decaying(self) -> bool:
         """Whether a decay begun early (`decay_now`) is under way or done."""

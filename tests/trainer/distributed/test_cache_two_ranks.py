@@ -30,7 +30,7 @@ def test_two_ranks_fill_one_folder_that_the_next_run_reads_whole(local_ray, whis
     run_audio_rl(load_rl_config("grpo", None, [*common, f"output_dir={tmp_path / 'a'}"]))
     writers = {p.name.split("-")[2] for p in cache.glob("*.idx") if p.stat().st_size}  # the writer's pid
     assert len(writers) == 2  # both ranks wrote, each to its own shard
-    fingerprint = json.loads((cache / "meta.json").read_text())["fingerprint"]
+    (fingerprint,) = json.loads((cache / "meta.json").read_text())["fingerprints"]
     store = ShardStore(cache, fingerprint)
     policy = AudioPolicy.from_pretrained(whisper_model)
     policy.freeze()

@@ -24,6 +24,62 @@ def test_choose_keeps_the_highest_reward_the_first_on_ties_and_no_empty_hypothes
     assert choose([" ", ""], [0.3, 0.4], non_speech=False) is None
 
 
+def test_an_empty_label_wins_only_by_scoring_strictly_highest():
+    # a reward that cannot tell silence from words (every sample 0) keeps the words, not the empty one
+    assert choose(["", "call anna", "call ana"], [0.0, 0.0, 0.0], non_speech=True) == 1
+    assert choose(["", "call anna"], [0.5, 0.0], non_speech=True) == 0  # it scored highest: nobody spoke
+    assert choose(["", " "], [0.0, 0.0], non_speech=True) == 0  # nothing but empties: the first
+
+
+def test_a_last_line_without_newline_is_touched_only_when_this_command_wrote_it(tmp_path):
+    human = tmp_path / "human.jsonl"
+    human.write_bytes(b'{"id": "t1", "audio": "a.wav", "text": "call anna", "language": "en"}')  # no newline
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"remember to relabel the kitchen set")
+    for path in (human, notes):
+        before = path.read_bytes()
+        with pytest.raises(ValueError, match=rf"{path.name}:1 has no newline and is not a line this command wrote"):
+            resume_ids(path, "greedy")
+        assert path.read_bytes() == before
+    own = json.dumps({"id": "a", "text": "x", "pseudo_label": {"method": "greedy"}})
+    # through the command: refused before any model loads, the file byte for byte as it was
+    write_tone(tmp_path / "a.wav")
+    pool = write_manifest(tmp_path / "pool.jsonl", [{"id": "p", "audio": "a.wav", "language": "en"}])
+    before = human.read_bytes()
+    assert main(["data", "pseudo-label", str(tmp_path / "no-model"), str(pool), "--out", str(human)]) == 2
+    assert human.read_bytes() == before
+    ours = tmp_path / "ours.jsonl"
+    ours.write_text(own)  # a whole line of ours, its newline not yet written: kept, and finished
+    assert resume_ids(ours, "greedy") == {"a"} and ours.read_text() == own + "\n"
+    ours.write_text(own + "\n" + '{"id": "b", "text": "written by hand"}')  # a whole foreign line after ours
+    with pytest.raises(ValueError, match=r"ours\.jsonl:2 has no newline and is not a line this command wrote"):
+        resume_ids(ours, "greedy")
+    assert ours.read_text().endswith("written by hand\"}")
+
+
+def test_a_second_run_on_the_same_out_is_refused_naming_the_first(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    write_tone(tmp_path / "a.wav")
+    pool = write_manifest(tmp_path / "pool.jsonl", [{"id": "a", "audio": "a.wav", "language": "en"}])
+    out = tmp_path / "labels.jsonl"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from asr_rl.trainer.run.folder import RunLock; "
+                               f"RunLock(Path({str(tmp_path)!r}), Path({str(tmp_path / '.labels.jsonl.lock')!r}), "
+                               "what='--out x'); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["data", "pseudo-label", str(tmp_path / "no-model"), str(pool), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {out} is in use by another run (pid {holder.pid})" in err and "choose another --out" in err
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_resume_ids_rewrites_a_half_written_last_line_and_refuses_a_foreign_file(tmp_path):
     out = tmp_path / "o.jsonl"
     line = json.dumps({"id": "a", "text": "x", "pseudo_label": {"method": "greedy"}})
@@ -203,11 +259,24 @@ def test_eval_rerank_answers_what_best_of_n_labels_and_never_shows_the_reward_th
     assert {h["id"]: h["hypothesis"] for h in _rows(greedy / "t.hyps.jsonl")} != reranked  # it is not greedy
     capsys.readouterr()
     # a reward that reads the transcript has nothing to read: every line is unlabelled to it
+    reads_labels = Path(__file__).resolve().parents[3] / "recipes/rewards/openrlhf_style.py"
     assert main(["eval", "--model", str(labeller), "--test-set", f"t={test}", "--rerank", "4", "--reward",
-                 "builtin:cer", "--quiet"]) == 2
-    assert "has no reference and every reward term (cer) needs one" in capsys.readouterr().err
+                 str(reads_labels), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--reward {reads_labels}: reward 'openrlhf_style.py" in err and "reranking passes the reward no reference" in err
     assert main(["eval", "--model", str(labeller), "--test-set", f"t={test}", "--rerank", "4", "--quiet"]) == 2
     assert "--rerank N and --reward SPEC go together" in capsys.readouterr().err
+
+
+def test_a_reward_that_needs_the_transcript_cannot_rerank_and_is_refused_before_any_model_loads(tmp_path, capsys):
+    write_tone(tmp_path / "a.wav")
+    test = write_manifest(tmp_path / "t.jsonl", [{"id": "a", "audio": "a.wav", "text": "hi", "language": "en"}])
+    for reward in ("builtin:cer", "builtin:fluency,keyword"):
+        assert main(["eval", "--model", str(tmp_path / "no-model"), "--test-set", f"t={test}", "--rerank", "4",
+                     "--reward", reward, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"--reward {reward}: reranking passes the reward no reference" in err and "needs it" in err
+        assert "no-model" not in err  # refused before the model folder was looked at
 
 
 def test_a_file_another_run_or_a_person_wrote_is_refused_and_left_as_it_was(tmp_path, capsys):

@@ -44,6 +44,12 @@ def test_sft_step_changes_trainable_and_leaves_frozen_parameters(tiny_model, tin
     assert "loss/ctc" not in row  # CTC only trains an encoder: off when it is frozen
 
 
+def test_several_manifests_are_refused_saying_sft_takes_one(tiny_model, tiny_corpus, tmp_path):
+    both = f"{tiny_corpus / 'train.jsonl'},{tiny_corpus / 'dev.jsonl'}"
+    with pytest.raises(ValueError, match=r"names 2 datasets, and SFT trains on one manifest: join their lines"):
+        _cfg(tiny_model, tiny_corpus, tmp_path / "run", f"train_manifest={both}")
+
+
 def test_ctc_on_a_frozen_encoder_is_refused(tiny_model, tiny_corpus, tmp_path):
     with pytest.raises(ValueError, match="ctc_weight=0.5 trains the audio encoder, which is frozen"):
         train_sft(_cfg(tiny_model, tiny_corpus, tmp_path / "run", "model.freeze_encoder=true", "ctc_weight=0.5"))
@@ -100,6 +106,11 @@ def test_sft_killed_after_step_2_resumes_to_the_same_result(tiny_model, tiny_cor
     worst = max((pa[n] - pb[n]).abs().max().item() for n in pa)
     assert worst < 1e-6, worst
     assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000003"]
+    # the random encoder trained (CTC on): its folder says for how many steps, resumed or not
+    from asr_rl.models.builders import read_info
+
+    assert read_info(straight / "final")["encoder_steps"] == read_info(resumed / "final")["encoder_steps"] == 3
+    assert read_info(resumed / "checkpoints" / "step_000002")["encoder_steps"] == 2
 
 
 def test_killed_during_a_checkpoint_save_resumes_from_the_one_before(tiny_model, tiny_corpus, tmp_path):

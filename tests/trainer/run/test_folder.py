@@ -40,6 +40,34 @@ def test_a_different_run_is_refused_and_the_folder_keeps_its_config(tmp_path):
         assert ctx.resume_from == list_checkpoints(tmp_path / "run")[-1]
 
 
+def test_overwrite_with_resume_auto_is_refused_as_the_contradiction_it_is(tmp_path):
+    _with_checkpoint(_cfg(SFTConfig, tmp_path))
+    with pytest.raises(ConfigError, match=r"overwrite_output_dir=true \(start over\) meets resume=auto \(continue that "
+                                          r"run; the default\): add resume=none"):
+        setup_run(_cfg(SFTConfig, tmp_path, "overwrite_output_dir=true"))
+    assert list_checkpoints(tmp_path / "run")  # nothing was deleted
+
+
+def test_a_moved_run_folder_resumes_and_one_whose_inputs_moved_is_told_of_resume_path(tmp_path):
+    import shutil
+
+    _with_checkpoint(_cfg(SFTConfig, tmp_path))
+    shutil.move(tmp_path / "run", tmp_path / "moved")  # `mv run moved`: the same run, somewhere else
+    moved = _cfg(SFTConfig, tmp_path, f"output_dir={tmp_path / 'moved'}")
+    with setup_run(moved) as ctx:
+        assert ctx.resume_from == list_checkpoints(tmp_path / "moved")[-1]
+    shutil.move(tmp_path / "model", tmp_path / "model2")  # its inputs moved too: another pretrain path
+    ckpt = list_checkpoints(tmp_path / "moved")[-1]
+    again = load_config(SFTConfig, None, [f"pretrain={tmp_path / 'model2'}", f"train_manifest={tmp_path / 'train.jsonl'}",
+                                          f"output_dir={tmp_path / 'moved'}"])
+    with pytest.raises(ConfigError, match=rf"if its files moved \(paths differ\), resume={ckpt} continues"):
+        setup_run(again)
+    with setup_run(load_config(SFTConfig, None, [f"pretrain={tmp_path / 'model2'}",
+                                                  f"train_manifest={tmp_path / 'train.jsonl'}",
+                                                  f"output_dir={tmp_path / 'moved'}", f"resume={ckpt}"])) as ctx:
+        assert ctx.resume_from == ckpt  # what the message says works
+
+
 def test_sft_into_an_rl_folder_is_refused(tmp_path):
     _with_checkpoint(_cfg(RLConfig, tmp_path))
     with pytest.raises(ConfigError, match="command: rl -> sft"):

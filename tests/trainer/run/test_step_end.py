@@ -1,4 +1,6 @@
 """The end of a step, shared by every trainer: checkpoint, then evaluate, then log, on their cadences."""
+import pytest
+
 from asr_rl.config import RunConfig, load_config
 from asr_rl.trainer.run.step_end import StepEnd
 
@@ -208,3 +210,50 @@ def test_the_run_ends_when_the_decay_the_cap_began_is_over(caplog):
     decays, step, end = _wsd_run(0.05, 0.02, caplog, decaying_seconds=0.005)
     assert decays == [100] and step == end.cap_decay_end
     assert any("the run ends here" in r.getMessage() for r in caplog.records)
+
+
+def test_a_cap_inside_the_warm_up_plans_the_schedule_for_the_steps_it_holds(caplog):
+    """1000 steps planned (a 50-step warm-up, then a 100-step WSD decay to half the peak) and a cap
+    that holds about 30: the schedule is laid out over those (its warm-up reaches the peak), and the
+    decay the cap then begins only lowers the rate, never below the floor."""
+    import logging
+    import time
+
+    import torch
+
+    from asr_rl.trainer.configs.rl import SFTConfig
+    from asr_rl.trainer.update.strategy import LocalStrategy
+
+    cfg = load_config(SFTConfig, None, ["logging.progress_bar=false", "max_steps=1000", "max_minutes=0.01",
+                                        "save_steps=0", "eval_steps=0", "optim.lr_scheduler=warmup_stable_decay",
+                                        "optim.lr_decay_ratio=0.1", "optim.lr_warmup_ratio=0.05",
+                                        "optim.min_lr_ratio=0.5", "optim.learning_rate=0.01"])
+    strategy = LocalStrategy.from_config([torch.nn.Parameter(torch.zeros(2))], cfg.optim, cfg.max_steps)
+    end = StepEnd(cfg, _Logger(), 0, "test", decay_now=strategy.decay_now, decaying=strategy.decaying,
+                  fit_schedule=strategy.fit_schedule)
+    rates, step, stopped = [], 0, False
+    with caplog.at_level(logging.INFO, logger="asr_rl.train"):
+        while not stopped:
+            start = time.perf_counter()
+            rates.append(strategy.lr)  # the rate this step trains at
+            strategy.optimizer.step()
+            strategy.scheduler.step()
+            time.sleep(0.02)  # ~30 steps in 0.6 s
+            step += 1
+            stopped = end(step, {"loss": 1.0}, start, lambda: None)
+    assert step < 50  # the cap ended the run inside the warm-up planned over max_steps
+    # ... and the warm-up planned anew reached the peak (the cap's decay begins from it at once)
+    assert max(rates) == pytest.approx(0.01, rel=0.01)
+    assert any("the schedule is planned over" in r.getMessage() for r in caplog.records)
+    peak_at = rates.index(max(rates))
+    assert all(b <= a + 1e-12 for a, b in zip(rates[peak_at:], rates[peak_at + 1:]))  # from there on, only down
+    assert 0.005 - 1e-12 <= rates[-1] < 0.01  # decayed toward the floor (half the peak), not past it
+
+
+def test_a_decay_begun_below_the_floor_does_not_raise_the_rate():
+    from asr_rl.trainer.configs.optim import AdamWConfig
+    from asr_rl.trainer.update.strategy import LRSchedule
+
+    schedule = LRSchedule(AdamWConfig(lr_warmup_ratio=0.5, min_lr_ratio=1.0), 100)  # warm-up: 50 steps
+    schedule.decay_now(2, 10)  # at 3/51 of the peak, inside the warm-up: the floor (the peak) is above it
+    assert [schedule(k) for k in range(2, 14)] == pytest.approx([schedule.base(1)] * 12)
