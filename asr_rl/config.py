@@ -93,9 +93,8 @@ class RunConfig:
         eval_manifest: JSONL manifest evaluated every `eval_steps` (audio path).
         output_dir: run folder: checkpoints, metrics, resolved config.
         max_steps: number of optimisation steps (RL: rollout steps) to run.
-        max_minutes: stop early, with a final checkpoint, after this much wall time; 0 = no limit
-            (the LR schedule spans `max_steps`; SFT's is laid out over the steps the cap holds when
-            those cannot hold its warm-up and decay, and its decay begins in time for the cap).
+        max_minutes: stop early, with a final checkpoint, after this much wall time; 0 = no limit (the LR
+            schedule spans `max_steps`; SFT's spans the steps the cap holds if max_steps' would not fit).
         save_steps: write a checkpoint every this many steps (and always at the end); <=0: only end.
         eval_steps: evaluate on `eval_manifest` every this many steps; <=0: only at the end.
         max_ckpt_num: keep the newest this many step checkpoints.

@@ -102,4 +102,5 @@ class RewardConfig:
             from asr_rl.rewards.term_options import check_term_options
 
             for name in self.terms:  # a term that needs an option (a folder) is named without one, too
-                check_term_options(name, self.term_options.get(name, {}))
+                check_term_options(name, self.term_options.get(name, {}), TERMS.get(name),
+                                   TERMS.spec(name).check_options)

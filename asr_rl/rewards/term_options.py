@@ -3,9 +3,10 @@
 Every option a config gives a term (`reward.term_options: {silence: {min_speech: 0.3}}`) must be a
 keyword the term's function takes (a misspelt one is named, with the term's valid options), of its
 default's kind (a finite number where the default is a number, a bool where it is one), and within
-the bounds the term declares (`TermSpec.check_options`: a probability in (0, 1), a folder that holds
-the model the term reads). A term that cannot score without an option (the acoustic scorer's folder,
-the plausibility judge's) says so here, not after the policy loads and a rollout runs.
+the bounds the term declares (`TermSpec.check_options`: a probability in (0, 1)). A term that cannot
+score without an option (the acoustic scorer's folder, the plausibility judge's) says so here; the
+folder itself is checked with the run's other paths (`check_term_folders`), before any model loads,
+not after the policy loads and a rollout runs.
 """
 from __future__ import annotations
 
@@ -16,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 
-def check_term_options(name: str, options: Any) -> None:
-    """ValueError naming `reward.term_options.<name>`, the option and the fix (module docstring)."""
-    from asr_rl.rewards.terms import TERMS
-
+def check_term_options(name: str, options: Any, fn, check=None) -> None:
+    """ValueError naming `reward.term_options.<name>`, the option and the fix (module docstring), for
+    the term function `fn` and its spec's `check_options` (`check`)."""
     where = f"reward.term_options.{name}"
     if not isinstance(options, dict):
         raise ValueError(f"{where} must be a mapping of option: value, got {options!r}")
-    params = term_parameters(TERMS.get(name))
+    params = term_parameters(fn)
     for key, value in options.items():
         if key not in params:
             close = difflib.get_close_matches(str(key), params, n=1)
@@ -31,7 +31,6 @@ def check_term_options(name: str, options: Any) -> None:
             valid = ", ".join(params) or "none"
             raise ValueError(f"{where}: the {name} term has no option {key!r}{hint}; its options: {valid}")
         _check_kind(f"{where}.{key}", value, params[key].default)
-    check = TERMS.spec(name).check_options
     if check is not None:
         try:
             check(options)
@@ -69,23 +68,30 @@ def silence_options(options: dict) -> None:
 
 
 def acoustic_options(options: dict) -> None:
-    folder = options.get("scorer")
-    if not folder:
+    if not options.get("scorer"):
         raise ValueError("the acoustic term needs its scorer folder: {acoustic: {scorer: DIR}} (made by "
                          "`asr-rl train scorer`)")
-    if not (Path(folder) / "scorer.json").is_file():
-        raise ValueError(f"scorer={folder} is not an acoustic scorer folder (no scorer.json); make one with "
-                         "`asr-rl train scorer`")
 
 
 def plausibility_options(options: dict) -> None:
-    folder = options.get("model")
-    if not folder:
+    if not options.get("model"):
         raise ValueError("the plausibility term needs its judge: {plausibility: {model: DIR}} (made by "
                          "`asr-rl train rm` on `asr-rl data judge-pairs`)")
-    if not (Path(folder) / "config.json").is_file():
-        raise ValueError(f"model={folder} is not a reward-model folder (no config.json); make one with "
-                         "`asr-rl data judge-pairs` and `asr-rl train rm`")
 
 
-__all__ = ["check_term_options", "term_parameters"]
+# the folders term options name, checked with the run's other paths (trainer/run/folder.py), before
+# any model loads: (term, option, the file the folder holds, what makes one)
+TERM_FOLDERS = (("acoustic", "scorer", "scorer.json", "`asr-rl train scorer`"),
+                ("plausibility", "model", "config.json", "`asr-rl data judge-pairs` and `asr-rl train rm`"))
+
+
+def check_term_folders(reward) -> None:
+    """ValueError naming `reward.term_options.<term>.<option>` whose folder is not what the term reads."""
+    for term, option, marker, maker in TERM_FOLDERS:
+        folder = (reward.term_options.get(term) or {}).get(option) if reward.terms and term in reward.terms else None
+        if folder and not (Path(folder) / marker).is_file():
+            raise ValueError(f"reward.term_options.{term}.{option}={folder} is not the folder the {term} term reads "
+                             f"(no {marker}); make one with {maker}")
+
+
+__all__ = ["check_term_options", "check_term_folders", "term_parameters"]

@@ -40,15 +40,25 @@ def test_options_of_other_kinds_and_terms_without_options():
     assert ok.term_options["silence"]["threshold"] == 0.4
 
 
-def test_a_term_s_folder_is_checked_when_the_config_loads(tmp_path):
+def test_a_term_s_folder_is_named_at_load_and_checked_with_the_run_s_paths(tmp_path):
+    from asr_rl.config import ConfigError
+    from asr_rl.trainer.run.folder import check_paths
+
     with pytest.raises(ValueError, match=r"reward\.term_options\.acoustic: the acoustic term needs its scorer folder"):
         RewardConfig(terms={"acoustic": 1.0})
-    with pytest.raises(ValueError, match=rf"scorer={tmp_path} is not an acoustic scorer folder \(no scorer\.json\)"):
-        RewardConfig(terms={"acoustic": 1.0}, term_options={"acoustic": {"scorer": str(tmp_path)}})
     with pytest.raises(ValueError, match=r"reward\.term_options\.plausibility: the plausibility term needs its judge"):
         RewardConfig(terms={"plausibility": 1.0})
-    with pytest.raises(ValueError, match=rf"model={tmp_path / 'j'} is not a reward-model folder"):
-        RewardConfig(terms={"plausibility": 1.0}, term_options={"plausibility": {"model": str(tmp_path / "j")}})
+    # a folder that is not there: refused with the run's other paths, before any model loads
+    for term, option, marker in (("acoustic", "scorer", "scorer.json"), ("plausibility", "model", "config.json")):
+        cfg = load_rl_config("grpo", None, [f"reward.terms={{{term}: 1.0}}",
+                                            f"reward.term_options={{{term}: {{{option}: {tmp_path / 'x'}}}}}"])
+        with pytest.raises(ConfigError, match=rf"reward\.term_options\.{term}\.{option}={tmp_path / 'x'} is not the "
+                                              rf"folder the {term} term reads \(no {marker}\)"):
+            check_paths(cfg)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "scorer.json").write_text("{}")
+    check_paths(load_rl_config("grpo", None, ["reward.terms={acoustic: 1.0}",
+                                              f"reward.term_options={{acoustic: {{scorer: {tmp_path / 'x'}}}}}"]))
 
 
 def test_the_rl_config_refuses_them_at_load_before_any_model(tmp_path):

@@ -50,6 +50,13 @@ def check_paths(cfg) -> None:
             ok = {"model": (path / "config.json").is_file(), "file": path.is_file(), "data": path.exists()}[kind]
             if not ok:
                 raise ConfigError(f"`{key}={value}`: {path} is not {_KINDS[kind]}")
+    if getattr(cfg, "reward", None) is not None:
+        from asr_rl.rewards.term_options import check_term_folders
+
+        try:
+            check_term_folders(cfg.reward)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 class RunLock:
