@@ -36,3 +36,10 @@ def test_grpo_scratch_config_loads():
 def test_ppo_text_config_loads():
     cfg = load_config(RLConfig, CONFIGS / "ppo_text.yaml")
     assert cfg.algo.advantage_estimator == "gae" and not cfg.algo.use_kl_loss
+
+
+def test_grpo_test_time_config_loads():
+    cfg = load_config(RLConfig, CONFIGS / "grpo_test_time.yaml")
+    # no transcript anywhere: the reward needs none, no reference joins the groups, no labelled curve
+    assert set(cfg.reward.terms) == {"consensus", "silence"} and not cfg.rollout.reference_in_group
+    assert cfg.rollout.n_samples_per_prompt >= 2 and cfg.eval_steps == 0

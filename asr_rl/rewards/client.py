@@ -1,7 +1,7 @@
 """`RemoteReward`: the reward contract over HTTP, against one or more servers speaking OpenRLHF's
 `/get_reward` protocol (ours in `asr_rl.rewards.server`, or any OpenRLHF-compatible one).
 
-A batch is cut into contiguous chunks, dealt to the servers round-robin, sent concurrently and
+A batch is cut into contiguous chunks of whole groups (rewards/groups.py), dealt to the servers round-robin, sent concurrently and
 reassembled in order. Each request carries OpenRLHF's fields (query = response, prompts = prompt,
 labels = reference) plus our `samples` extension, so that our server rebuilds the `Sample`s exactly.
 
@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from asr_rl.rewards.base import RewardError, RewardOutput, Sample
+from asr_rl.rewards.groups import group_chunks
 
 log = logging.getLogger(__name__)
 
@@ -122,16 +123,18 @@ class RemoteReward:
             self._http.close()
             self._http = None
 
-    def chunks(self, n: int) -> list[tuple[int, int, str]]:
-        """`(start, end, url)` per request: contiguous slices, servers taken round-robin."""
-        size = self.chunk_size or math.ceil(n / len(self.urls))
-        return [(a, min(a + size, n), self.urls[k % len(self.urls)]) for k, a in enumerate(range(0, n, size))]
+    def chunks(self, samples: list[Sample]) -> list[tuple[int, int, str]]:
+        """`(start, end, url)` per request: contiguous slices of whole groups (about `chunk_size`
+        samples, a group never split: a term such as `consensus` reads it whole), servers taken
+        round-robin."""
+        cuts = group_chunks([s.group_id for s in samples], parts=len(self.urls), size=self.chunk_size)
+        return [(a, b, self.urls[k % len(self.urls)]) for k, (a, b) in enumerate(cuts)]
 
     def __call__(self, samples: list[Sample]) -> RewardOutput:
         """Score `samples` remotely; RewardError naming URL, samples and cause on any failure."""
         if not samples:
             return RewardOutput(rewards=[], scores=[])
-        parts = self.chunks(len(samples))
+        parts = self.chunks(samples)
         http = self.http  # create before the threads do, so that they share one pool
         with ThreadPoolExecutor(max_workers=min(len(parts), MAX_THREADS)) as pool:
             futures = [pool.submit(self._post, http, url, samples[a:b], a) for a, b, url in parts]

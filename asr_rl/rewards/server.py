@@ -129,8 +129,9 @@ def _specs_by_format() -> list:
     return sorted(specs, key=lambda spec: type(spec).parse_output is AudioLLMSpec.parse_output)
 
 
-def sample_from_query(query: str, prompt: str, label: str | None, language=None, keywords=None, context=None) -> Sample:
-    """One OpenRLHF triple -> a Sample.
+def sample_from_query(query: str, prompt: str, label: str | None, language=None, keywords=None, context=None,
+                      group_id: int = 0) -> Sample:
+    """One OpenRLHF triple -> a Sample (`group_id`: its prompt's; parse_request numbers the prompts).
 
     hypothesis: the response (the query minus the prompt when it starts with it, or minus everything
     up to the last `<|im_start|>assistant` turn), trailing `<|...|>` end tokens dropped, read in the
@@ -148,7 +149,8 @@ def sample_from_query(query: str, prompt: str, label: str | None, language=None,
             predicted, hypothesis = tag, transcript
             break
     return Sample(hypothesis=hypothesis.strip(), reference=label, language=language, keywords=tuple(keywords or ()),
-                  prompt=prompt, response=query, predicted_language=predicted, context=tuple(context or ()))
+                  prompt=prompt, response=query, predicted_language=predicted, context=tuple(context or ()),
+                  group_id=group_id)
 
 
 def _check_items(name: str, values: list, allow_none: bool, ok, what: str) -> None:
@@ -183,8 +185,12 @@ def parse_request(body) -> list[Sample]:
     for k in ("keywords", "context"):
         _check_items(k, lists.get(k, []), True, _is_str_list, "a list of strings or null")
     cols = {k: lists.get(k, [None] * n) for k in ("prompts", "labels", "language", "keywords", "context")}
-    return [sample_from_query(q, cols["prompts"][i] or "", cols["labels"][i], cols["language"][i],
-                              cols["keywords"][i], cols["context"][i]) for i, q in enumerate(lists["query"])]
+    # the samples of one prompt are one group (OpenRLHF sends n_samples_per_prompt of each): a term
+    # that reads a sample's group (`consensus`) compares it with the request's samples of its prompt
+    prompts = [p or "" for p in cols["prompts"]]
+    group = {p: k for k, p in enumerate(dict.fromkeys(prompts))}
+    return [sample_from_query(q, prompts[i], cols["labels"][i], cols["language"][i], cols["keywords"][i],
+                              cols["context"][i], group[prompts[i]]) for i, q in enumerate(lists["query"])]
 
 
 # ----------------------------------------------------------------------------- scoring

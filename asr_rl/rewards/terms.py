@@ -1,4 +1,5 @@
-"""Built-in reward terms: pure functions from samples to one value per sample.
+"""Built-in reward terms: pure functions from samples to one value per sample (the registry and its
+`TermSpec` are term_registry.py; the terms that read a whole group, group_terms.py).
 
 Each term is registered by name; a config combines them with weights (`reward.terms: {cer: 1.0,
 keyword: 0.3}`) and passes per-term options (`reward.term_options: {cer: {floor: -1.0}}`).
@@ -14,39 +15,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
-from asr_rl.registry import Registry
 from asr_rl.rewards.base import RewardError, Sample
+from asr_rl.rewards.groups import group_languages
 from asr_rl.rewards.normalize import cer, char_errors, is_cjk, keyword_hits, normalize_text, wer, word_errors
 from asr_rl.rewards.silence import MIN_SPEECH, silence_scores
 from asr_rl.rewards.term_options import acoustic_options, plausibility_options, silence_options
-
-TermFn = Callable[..., list[float]]
-
-
-@dataclass(frozen=True)
-class TermSpec:
-    needs_reference: bool = True  # False: scores a hypothesis from the audio's facts alone
-    needs_audio: bool = False  # True: listens to the sample's audio (`Sample.audio`), e.g. `acoustic`
-    # the bounds of its options (rewards/term_options.py), checked at config load: ValueError if out
-    check_options: Callable[[dict], None] | None = None
-
-
-# A term maps a batch of `Sample`s to one score per sample, each from its own sample only.
-TERMS: Registry[TermFn] = Registry("reward term", TermSpec)
-
-
-def register_term(name: str, needs_reference: bool = True, needs_audio: bool = False,
-                  check_options: Callable[[dict], None] | None = None) -> Callable[[TermFn], TermFn]:
-    return TERMS.register(name, needs_reference=needs_reference, needs_audio=needs_audio, check_options=check_options)
-
-
-def get_term(name: str) -> TermFn:
-    return TERMS.get(name)
-
+from asr_rl.rewards.term_registry import TERMS, TermFn, TermSpec, get_term, register_term  # noqa: F401
 
 def error_rate(s: Sample) -> float:
     """CER for languages written without spaces (zh, ja, ...), WER otherwise."""
@@ -206,22 +181,28 @@ def script_share(text: str, language: str | None, reference: str = "") -> float:
     return sum(not is_cjk(c) for c in letters) / len(letters)
 
 
-@register_term("language", needs_reference=False)
+@register_term("language", needs_reference=False, needs_group=True)
 def language_term(samples: list[Sample]) -> list[float]:
-    """The hypothesis is in the reference's language: script share x tag agreement.
+    """The hypothesis is in its line's language: script share x tag agreement.
 
+    The line's language is its manifest `language` (logged by the deployment on unlabelled audio);
+    where there is none, the majority of its group's predicted language tags (rewards/groups.py), so
+    that a Mandarin utterance whose samples mostly come out Mandarin penalises the one in English.
     The tag factor is 0 when the model wrote a language tag (`language Chinese<asr_text>`) that
-    disagrees with the reference language, 1 when it agrees or there is no tag.
+    disagrees with that language, 1 when it agrees or there is no tag.
 
     >>> language_term([Sample("打开灯", "打开灯", "zh", predicted_language="Chinese"),
     ...                Sample("打开 light", "打开灯", "zh"), Sample("call anna", "call anna", "en",
     ...                predicted_language="Chinese")])
     [1.0, 0.2857142857142857, 0.0]
+    >>> language_term([Sample(h, None, predicted_language=t) for h, t in
+    ...                (("打开灯", "Chinese"), ("打开灯", "Chinese"), ("open the light", "English"))])
+    [1.0, 1.0, 0.0]
     """
     out = []
-    for s in samples:
-        tag_ok = s.predicted_language is None or language_code(s.predicted_language) == s.language
-        out.append(script_share(s.hypothesis, s.language, s.reference or "") * float(tag_ok))
+    for s, lang in zip(samples, group_languages(samples)):
+        tag_ok = s.predicted_language is None or lang is None or language_code(s.predicted_language) == lang
+        out.append(script_share(s.hypothesis, lang, s.reference or "") * float(tag_ok))
     return out
 
 
@@ -384,3 +365,6 @@ def dual_granularity_term(samples: list[Sample], gate: float = 0.3, unit: str = 
 
 # The default multi-term ASR reward (`builtin:asr`): accuracy first, then what users notice.
 DEFAULT_ASR_TERMS = {"cer": 1.0, "keyword": 0.3, "language": 0.2, "fluency": 0.2}
+
+
+from asr_rl.rewards import group_terms as _group_terms  # noqa: E402,F401  registers `consensus`

@@ -135,7 +135,7 @@ def test_openrlhf_request_without_samples():
 
 def test_batch_split_across_two_servers_keeps_order():
     rec_a, rec_b = Recorder(), Recorder()
-    samples = [Sample("x" * i, "ref") for i in range(10)]
+    samples = [Sample("x" * i, "ref", group_id=i) for i in range(10)]  # groups of one: cut anywhere
     with running(create_app(rec_a)) as a, running(create_app(rec_b)) as b:
         out = RemoteReward(f"{a}, {b}/get_reward", chunk_size=3, **FAST)(samples)
         default = RemoteReward([a, b], **FAST)(samples)  # one chunk per server
@@ -148,6 +148,23 @@ def test_batch_split_across_two_servers_keeps_order():
     assert sorted(lengths(rec_a)) == [[0, 1, 2], [0, 1, 2, 3, 4], [6, 7, 8]]
     assert sorted(lengths(rec_b)) == [[3, 4, 5], [5, 6, 7, 8, 9], [9]]
     assert out.extra_logs == {"calls": 1.0}
+
+
+def test_a_group_reading_term_gets_whole_groups_from_the_client_and_from_openrlhf_triples():
+    """consensus over two servers, 3 samples a request asked for, groups of 4: every request holds
+    whole groups and the rewards equal the local ones; OpenRLHF's triples are grouped by prompt."""
+    texts = ["call anna", "call ana", "call anna", "call bob", "打开灯", "打开灯", "打开门", "打开灯"]
+    samples = [Sample(t, None, group_id=i // 4, prompt=f"u{i // 4}") for i, t in enumerate(texts)]
+    local = WeightedReward({"consensus": 1.0})
+    rec_a, rec_b = Recorder(), Recorder()
+    with running(create_app(local)) as a, running(create_app(rec_a)) as ra, running(create_app(rec_b)) as rb:
+        remote = RemoteReward(f"{a}, {a}/get_reward", chunk_size=3, **FAST)(samples)
+        RemoteReward([ra, rb], chunk_size=3, **FAST)(samples)
+        body = {"query": [f"P{i // 4} {t}" for i, t in enumerate(texts)], "prompts": [f"P{i // 4} " for i in range(8)]}
+        triples = httpx.post(a + "/get_reward", json=body).json()
+    want = local(samples).rewards
+    assert remote.rewards == pytest.approx(want) and triples["rewards"] == pytest.approx(want)
+    assert [[s.group_id for s in batch] for batch in rec_a.batches + rec_b.batches] == [[0] * 4, [1] * 4]
 
 
 # ----------------------------------------------------------------------------- faults
@@ -193,7 +210,7 @@ def test_reward_that_keeps_raising_reports_server_error():
         resp = httpx.post(url + "/get_reward", json={"query": ["a", "b"], "labels": ["a", "b"]})
         assert resp.status_code == 500
         assert resp.json() == {"error": "reward 'flaky' failed on samples 0-1: ValueError: model not loaded yet"}
-        samples = [Sample("a", "a")] * 5
+        samples = [Sample("a", "a", group_id=i) for i in range(5)]
         with pytest.raises(RewardError) as e:
             RemoteReward(url, chunk_size=4, **FAST)(samples)
     # the first failing chunk is reported, with the server's cause

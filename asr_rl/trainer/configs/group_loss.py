@@ -1,5 +1,6 @@
-"""What a grouped policy loss (`PolicyLossSpec.grouped`, e.g. `mwer`, which renormalises over each
-prompt's whole group) refuses at config load; the update's order of sequences, in which
+"""What a reward term that reads its group (`TermSpec.min_group_size`) and a grouped policy loss
+(`PolicyLossSpec.grouped`, e.g. `mwer`, which renormalises over each prompt's whole group) refuse
+at config load; the update's order of sequences, in which
 minibatches and micro-batches hold whole groups, is trainer/update/group_loss.py.
 
 Choice: micro-batches smaller than a group (or not a multiple of it) are refused at load rather
@@ -16,6 +17,10 @@ def check_group_loss(cfg) -> None:
     """ValueError naming the settings to change when `cfg` (an `RLConfig`) pairs a grouped policy
     loss with what it cannot run with, or an estimator that leaves the baseline to the loss
     (`AdvantageSpec.baseline_in_loss`) with a loss that is not grouped."""
+    from asr_rl.rewards.term_registry import check_group_size
+    from asr_rl.rewards.terms import TERMS  # noqa: F401  the built-in terms, registered
+
+    check_group_size(cfg.reward.terms or (), cfg.rollout.n_samples_per_prompt, "rollout.n_samples_per_prompt")
     a = cfg.algo
     loss, est = POLICY_LOSSES.spec(a.policy_loss), ADVANTAGE_ESTIMATORS.spec(a.advantage_estimator)
     if est.baseline_in_loss and not loss.grouped:

@@ -1,7 +1,8 @@
 """Built-in or user-file rewards scored in parallel Ray actors (`reward.num_workers`).
 
 Each actor loads the reward once (a user file is imported in the actor's process) and scores a
-contiguous chunk of the batch; the pool reassembles the chunks in order behind the same reward
+contiguous chunk of the batch, cut between utterances' groups (a term such as `consensus` reads a
+sample's whole group; rewards/groups.py); the pool reassembles the chunks in order behind the same reward
 contract, so the loop cannot tell it from an inline reward.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import ray
 
 from asr_rl.rewards.base import RewardError, RewardOutput, Sample, check_output
+from asr_rl.rewards.groups import group_chunks
 
 
 @ray.remote(num_cpus=0)
@@ -33,9 +35,8 @@ class RayRewardPool:
         self.actors = [RewardActor.remote(source) for _ in range(num_workers)]
 
     def __call__(self, samples: list[Sample]) -> RewardOutput:
-        k = len(self.actors)
-        size = (len(samples) + k - 1) // k
-        chunks = [(s, samples[s:s + size]) for s in range(0, len(samples), size)]
+        cuts = group_chunks([s.group_id for s in samples], parts=len(self.actors))
+        chunks = [(a, samples[a:b]) for a, b in cuts]
         refs = [a.score.remote(c) for a, (_, c) in zip(self.actors, chunks)]
         outs = []
         for (start, chunk), ref in zip(chunks, refs):

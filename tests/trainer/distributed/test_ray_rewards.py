@@ -49,3 +49,18 @@ def test_pool_from_a_reward_config_keeps_weights(local_ray):
     cfg = RewardConfig(terms={"cer": 2.0, "keyword": 0.5})
     samples = _samples(4)
     assert RayRewardPool(cfg, num_workers=2)(samples).rewards == pytest.approx(make_reward(cfg)(samples).rewards)
+
+
+def test_pool_hands_a_group_reading_term_whole_groups(local_ray):
+    """consensus in 2 actors, groups of 3 in a batch of 9: a half-way cut would split group 1 and give
+    other scores; the pool cuts between groups and matches the local reward."""
+    from asr_rl.rewards.config import RewardConfig
+    from asr_rl.rewards.pipeline import make_reward
+    from asr_rl.trainer.distributed.ray_rewards import RayRewardPool
+
+    cfg = RewardConfig(terms={"consensus": 1.0})
+    texts = ["call anna", "call ana", "call bob", "a b", "a c", "a b", "打开灯", "打开灯", "打开门"]
+    samples = [Sample(t, None, group_id=i // 3, prompt=f"u{i // 3}") for i, t in enumerate(texts)]
+    want = make_reward(cfg)(samples).rewards
+    assert RayRewardPool(cfg, num_workers=2)(samples).rewards == pytest.approx(want)
+    assert want[3] != pytest.approx(make_reward(cfg)(samples[3:5]).rewards[0])  # a split group scores otherwise
