@@ -47,7 +47,7 @@ if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
   log "Stage 2: transcribe $POOL with $EXP/rl/final -> $EXP/transcripts.jsonl"
   best=()
   [ "$BEST_OF" -gt 1 ] && best=(--best-of "$BEST_OF" --reward "$RERANK_REWARD")
-  asr-rl data pseudo-label --model "$EXP/rl/final" --manifest "$POOL" --out "$EXP/transcripts.jsonl" "${best[@]}"
+  asr-rl data pseudo-label "$EXP/rl/final" "$POOL" --out "$EXP/transcripts.jsonl" "${best[@]}"
 fi
 
 if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ] && [ -n "$POOL_LABELLED" ]; then

@@ -1,5 +1,5 @@
-"""Reward terms that score a sample against the other samples of its utterance (`needs_group`):
-no transcript and no grammar, in any language.
+"""Reward terms that score a sample against the other samples of its utterance (registered in
+terms.py with `needs_group`): no transcript and no grammar, in any language.
 
 `consensus` is the agreement of a transcript with its group, the reward of test-time RL (TTRL,
 Zuo et al. 2025, arXiv:2504.16084: the majority answer of the samples as the pseudo-label). With h_i
@@ -25,7 +25,6 @@ from rapidfuzz.distance import Levenshtein
 from asr_rl.rewards.base import Sample
 from asr_rl.rewards.groups import group_indices
 from asr_rl.rewards.normalize import normalize_text
-from asr_rl.rewards.term_registry import register_term
 
 MODES = ("mbr", "majority")
 UNITS = ("char", "word")
@@ -65,8 +64,6 @@ def _group_scores(texts: list[str], mode: str, unit: str, confidence: bool) -> l
     return [s * weight for s in scores] if confidence else scores
 
 
-@register_term("consensus", needs_reference=False, needs_group=True, min_group_size=2,
-               check_options=consensus_options)
 def consensus_term(samples: list[Sample], mode: str = "mbr", unit: str = "char",
                    confidence: bool = False) -> list[float]:
     """Agreement of each transcript with the other samples of its utterance (module docstring):
@@ -91,4 +88,4 @@ def consensus_term(samples: list[Sample], mode: str = "mbr", unit: str = "char",
     return out
 
 
-__all__ = ["agreement", "consensus_term"]
+__all__ = ["agreement", "consensus_options", "consensus_term"]

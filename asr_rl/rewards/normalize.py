@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 
 import jiwer
+
+from asr_rl.data.languages import CHARACTER_SCORED
 
 _CJK_RANGES = (
     (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F),  # Han
@@ -97,3 +100,34 @@ def _whole_word_in(k: str, hyp: str) -> bool:
 
     return any(not spaced_word_char(m.start() - 1) and not spaced_word_char(m.end())
                for m in re.finditer(re.escape(k), hyp))
+
+
+_LATIN_WORD = re.compile(r"[a-z]+")
+
+
+def script_share(text: str, language: str | None, reference: str = "") -> float:
+    """Share of the hypothesis' letters written in the reference language's script.
+
+    zh/ja/yue: CJK characters count; Latin words count too when the reference itself has them
+    (code-switching such as "打开 TV"). Other languages: Latin letters count.
+    """
+    norm = normalize_text(text)
+    letters = [c for c in norm if unicodedata.category(c).startswith("L")]
+    if not letters:
+        return 0.0
+    if language in CHARACTER_SCORED:
+        allowed = set(_LATIN_WORD.findall(normalize_text(reference)))
+        latin_ok = sum(len(w) for w in _LATIN_WORD.findall(norm) if w in allowed)
+        return (sum(is_cjk(c) for c in letters) + latin_ok) / len(letters)
+    return sum(not is_cjk(c) for c in letters) / len(letters)
+
+
+def repeated_ngram_share(text: str, n: int) -> float:
+    """Share of n-grams (words; characters for CJK-only text) that repeat an earlier n-gram."""
+    norm = normalize_text(text)
+    units = list(norm.replace(" ", "")) if norm and all(is_cjk(c) or c == " " for c in norm) else norm.split()
+    grams = [tuple(units[i:i + n]) for i in range(len(units) - n + 1)]
+    if not grams:
+        return 0.0
+    counts = Counter(grams)
+    return sum(c - 1 for c in counts.values()) / len(grams)

@@ -1,5 +1,5 @@
-"""Built-in reward terms: pure functions from samples to one value per sample (the registry and its
-`TermSpec` are term_registry.py; the terms that read a whole group, group_terms.py).
+"""Built-in reward terms: pure functions from samples to one value per sample (those that read a
+sample's whole group, such as `consensus`, are group_terms.py, registered here).
 
 Each term is registered by name; a config combines them with weights (`reward.terms: {cer: 1.0,
 keyword: 0.3}`) and passes per-term options (`reward.term_options: {cer: {floor: -1.0}}`).
@@ -12,16 +12,63 @@ group is one utterance, so the group's members are always compared under the sam
 """
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
 from asr_rl.data.languages import CHARACTER_SCORED, language_code
+from asr_rl.registry import Registry
 from asr_rl.rewards.base import RewardError, Sample
+from asr_rl.rewards.group_terms import consensus_options, consensus_term
 from asr_rl.rewards.groups import group_languages
-from asr_rl.rewards.normalize import cer, char_errors, is_cjk, keyword_hits, normalize_text, wer, word_errors
+from asr_rl.rewards.normalize import (cer, char_errors, keyword_hits, normalize_text, repeated_ngram_share,  # noqa: F401
+                                      script_share, wer, word_errors)
 from asr_rl.rewards.silence import MIN_SPEECH, silence_scores
 from asr_rl.rewards.term_options import acoustic_options, plausibility_options, silence_options
-from asr_rl.rewards.term_registry import TERMS, TermFn, TermSpec, get_term, register_term  # noqa: F401
+
+TermFn = Callable[..., list[float]]
+
+
+@dataclass(frozen=True)
+class TermSpec:
+    needs_reference: bool = True  # False: scores a hypothesis from the audio's facts alone
+    needs_audio: bool = False  # True: listens to the sample's audio (`Sample.audio`), e.g. `acoustic`
+    # True: a sample's score reads the other samples of its group (`Sample.group_id`), e.g.
+    # `consensus`; every caller then hands it whole groups (rewards/groups.py: `group_chunks`)
+    needs_group: bool = False
+    min_group_size: int = 1  # the fewest samples an utterance it can score (consensus: 2)
+    # the bounds of its options (rewards/term_options.py), checked at config load: ValueError if out
+    check_options: Callable[[dict], None] | None = None
+
+
+# A term maps a batch of `Sample`s to one score per sample, from its own sample (and, with
+# `needs_group`, the other samples of its group: rewards/group_terms.py).
+TERMS: Registry[TermFn] = Registry("reward term", TermSpec)
+
+
+def register_term(name: str, needs_reference: bool = True, needs_audio: bool = False, needs_group: bool = False,
+                  min_group_size: int = 1, check_options: Callable[[dict], None] | None = None
+                  ) -> Callable[[TermFn], TermFn]:
+    return TERMS.register(name, needs_reference=needs_reference, needs_audio=needs_audio, needs_group=needs_group,
+                          min_group_size=min_group_size, check_options=check_options)
+
+
+def get_term(name: str) -> TermFn:
+    return TERMS.get(name)
+
+
+def check_group_size(terms: Iterable[str], n: int, setting: str) -> None:
+    """ValueError when a term in `terms` needs more samples an utterance than the `n` that `setting`
+    (e.g. `rollout.n_samples_per_prompt`) gives it."""
+    for name in terms:
+        need = TERMS.spec(name).min_group_size
+        if n < need:
+            raise ValueError(f"reward term {name!r} scores each sample against the other samples of its utterance "
+                             f"and needs at least {need} of them: {setting} is {n}; set it to {need} or more")
+
+
+register_term("consensus", needs_reference=False, needs_group=True, min_group_size=2,
+              check_options=consensus_options)(consensus_term)
+
 
 def error_rate(s: Sample) -> float:
     """CER for languages written without spaces (zh, ja, ...), WER otherwise."""
@@ -161,26 +208,6 @@ def _hotwords(s: Sample) -> list[str]:
     return sorted(set(words) | set(s.context))
 
 
-_LATIN_WORD = re.compile(r"[a-z]+")
-
-
-def script_share(text: str, language: str | None, reference: str = "") -> float:
-    """Share of the hypothesis' letters written in the reference language's script.
-
-    zh/ja/yue: CJK characters count; Latin words count too when the reference itself has them
-    (code-switching such as "打开 TV"). Other languages: Latin letters count.
-    """
-    norm = normalize_text(text)
-    letters = [c for c in norm if unicodedata.category(c).startswith("L")]
-    if not letters:
-        return 0.0
-    if language in CHARACTER_SCORED:
-        allowed = set(_LATIN_WORD.findall(normalize_text(reference)))
-        latin_ok = sum(len(w) for w in _LATIN_WORD.findall(norm) if w in allowed)
-        return (sum(is_cjk(c) for c in letters) + latin_ok) / len(letters)
-    return sum(not is_cjk(c) for c in letters) / len(letters)
-
-
 @register_term("language", needs_reference=False, needs_group=True)
 def language_term(samples: list[Sample]) -> list[float]:
     """The hypothesis is in its line's language: script share x tag agreement.
@@ -204,17 +231,6 @@ def language_term(samples: list[Sample]) -> list[float]:
         tag_ok = s.predicted_language is None or lang is None or language_code(s.predicted_language) == lang
         out.append(script_share(s.hypothesis, lang, s.reference or "") * float(tag_ok))
     return out
-
-
-def repeated_ngram_share(text: str, n: int) -> float:
-    """Share of n-grams (words; characters for CJK-only text) that repeat an earlier n-gram."""
-    norm = normalize_text(text)
-    units = list(norm.replace(" ", "")) if norm and all(is_cjk(c) or c == " " for c in norm) else norm.split()
-    grams = [tuple(units[i:i + n]) for i in range(len(units) - n + 1)]
-    if not grams:
-        return 0.0
-    counts = Counter(grams)
-    return sum(c - 1 for c in counts.values()) / len(grams)
 
 
 @register_term("fluency", needs_reference=False)
@@ -365,6 +381,3 @@ def dual_granularity_term(samples: list[Sample], gate: float = 0.3, unit: str = 
 
 # The default multi-term ASR reward (`builtin:asr`): accuracy first, then what users notice.
 DEFAULT_ASR_TERMS = {"cer": 1.0, "keyword": 0.3, "language": 0.2, "fluency": 0.2}
-
-
-from asr_rl.rewards import group_terms as _group_terms  # noqa: E402,F401  registers `consensus`

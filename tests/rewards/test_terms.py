@@ -35,7 +35,11 @@ def test_keyword_reward_of_a_sample_does_not_depend_on_its_batch():
 
 
 def test_every_built_in_term_scores_a_batch_whole_as_in_chunks():
-    # what the Ray reward pool and the remote client do: cut a batch into chunks
+    # what the Ray reward pool and the remote client do: cut a batch into chunks of whole groups
+    # (rewards/groups.py), here utterances of two samples each
+    import dataclasses
+
+    from asr_rl.rewards.groups import group_chunks
     from asr_rl.rewards.terms import TERMS
 
     hot = {"hotwords": ["anna", "bob", "kitchen"]}
@@ -45,11 +49,14 @@ def test_every_built_in_term_scores_a_batch_whole_as_in_chunks():
                S("打开客厅的灯", "打开卧室的灯", "zh", keywords=("卧室",)),
                S("turn on the light", "turn on the lights", keywords=("lights",)),
                S("call bob at six", "call anna at six", keywords=("anna", "six"))]  # "bob": sample 2's keyword
+    samples = [dataclasses.replace(s, group_id=i // 2) for i, s in enumerate(samples)]
     # acoustic and silence: test_acoustic_scorer.py, test_silence.py; plausibility needs a judge: test_judge.py
     names = [n for n in TERMS.where(needs_audio=False) if n != "plausibility"]
     reward = WeightedReward({name: 1.0 for name in names})
     whole = reward(samples)
-    chunks = [reward(samples[i:i + 2]) for i in range(0, len(samples), 2)]
+    cuts = group_chunks([s.group_id for s in samples], size=1)
+    assert cuts == [(0, 2), (2, 4), (4, 6)]
+    chunks = [reward(samples[a:b]) for a, b in cuts]
     assert [r for c in chunks for r in c.rewards] == pytest.approx(whole.rewards)
     for name in names:
         assert [x for c in chunks for x in c.terms[name]] == pytest.approx(whole.terms[name]), name
@@ -122,7 +129,7 @@ def test_weighted_reward_combines_and_logs_each_term():
 
 
 @pytest.mark.parametrize("override, message", [
-    (["reward.terms={cer: 1.0, bleu: 0.5}"], "reward: reward.terms: unknown reward term 'bleu'; valid: acoustic, biasing, cer, dg_wer"),
+    (["reward.terms={cer: 1.0, bleu: 0.5}"], "reward: reward.terms: unknown reward term 'bleu'; valid: acoustic, biasing, cer, consensus, dg_wer"),
     (["reward.term_options={wer: {floor: 0}}"], "reward.term_options names terms that are not in reward.terms: ['wer']"),
     (["reward.remote_url=http://127.0.0.1:1,127.0.0.1:18761"],
      "reward.remote_url: reward server URL '127.0.0.1:18761' has no http:// or https:// scheme: add http:// "
@@ -154,7 +161,7 @@ def test_terms_of_a_reward_file_or_server_are_not_checked_and_a_registered_term_
 
 
 def test_unknown_term_and_a_term_that_raises():
-    with pytest.raises(ValueError, match="unknown reward term 'bleu'; valid: acoustic, biasing, cer, dg_wer, empty, fluency, hallucination, keyword"):
+    with pytest.raises(ValueError, match="unknown reward term 'bleu'; valid: acoustic, biasing, cer, consensus, dg_wer, empty, fluency, hallucination, keyword"):
         get_term("bleu")
     with pytest.raises(ValueError, match="not in reward.terms"):
         WeightedReward({"cer": 1.0}, {"wer": {"floor": 0}})

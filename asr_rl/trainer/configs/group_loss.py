@@ -17,8 +17,7 @@ def check_group_loss(cfg) -> None:
     """ValueError naming the settings to change when `cfg` (an `RLConfig`) pairs a grouped policy
     loss with what it cannot run with, or an estimator that leaves the baseline to the loss
     (`AdvantageSpec.baseline_in_loss`) with a loss that is not grouped."""
-    from asr_rl.rewards.term_registry import check_group_size
-    from asr_rl.rewards.terms import TERMS  # noqa: F401  the built-in terms, registered
+    from asr_rl.rewards.terms import check_group_size
 
     check_group_size(cfg.reward.terms or (), cfg.rollout.n_samples_per_prompt, "rollout.n_samples_per_prompt")
     a = cfg.algo
