@@ -17,6 +17,9 @@ without transcripts
   rl_verifier_listening   the same with the acoustic term beside it (`--scorer`: how well the
                           hypothesis fits the audio under a CTC scorer on the frozen encoder);
   rl_listening            what a user without a grammar has: the acoustic and silence terms;
+  rl_consensus            no grammar and nothing trained beside the policy: consensus (each sample's
+                          agreement with the other samples of its utterance, 1 - mean normalised
+                          edit distance) and the silence term (test-time RL's reward, TTRL);
   rl_listening_judge      the same with a judge beside them (`--judge`: a reward model trained on
                           the source transcripts against corrupted copies, `data judge-pairs`);
   rl_listening_home       the same as rl_listening, with the labelled source corpus drawn beside the pool
@@ -29,6 +32,7 @@ without transcripts
                           samples' token entropy minimised); SUTA's class-confusion term left out;
   rerank                  no training: 8 samples per utterance at test time, the one the verifier
                           with the acoustic term scores best (`asr-rl eval --rerank`);
+  rerank_consensus        the same by consensus and silence: MBR decoding, rl_consensus's control;
 with the pool's transcripts (`--labelled`)
   rl_cer                  GRPO with 1 - CER and the failure terms (the demo's reward);
   sft                     SFT on the transcripts.
@@ -38,7 +42,9 @@ the target dev and test sets, the source test_clean (forgetting) and the non-spe
 verifier's pass rate, and compared with `asr-rl eval --compare` (paired bootstrap). `--vad-filter`
 evaluates every model, the start included, behind `asr-rl eval --vad-filter` (the silence term's
 detector in front of the model), in <work>/eval_vad: run it on a --work that holds trained arms and
-only the evaluations are new.
+only the evaluations are new. `--pool-set` also evaluates every model on the pool it adapted on, with
+the transcripts kept aside (pool_labelled.jsonl): RL on the pool is then test-time RL, and this is its
+transductive result, beside reranking the pool at the start.
 """
 from __future__ import annotations
 
@@ -52,10 +58,12 @@ from bench_common import FIXED_TIME_SFT, run
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = str(ROOT / "recipes/rewards/voice_commands.py")
-RL_ARMS = ("rl_verifier", "rl_verifier_listening", "rl_listening", "rl_listening_judge", "rl_listening_home", "suta")
+RL_ARMS = ("rl_verifier", "rl_verifier_listening", "rl_listening", "rl_consensus", "rl_listening_judge",
+           "rl_listening_home", "suta")
 SFT_ARMS = ("self_train", "best_of_n")
 LABELLED = ("rl_cer", "sft")
-ARMS = (*RL_ARMS, *SFT_ARMS, "rerank", *LABELLED)
+RERANK = {"rerank": VERIFIER, "rerank_consensus": "builtin:consensus=1,silence=1"}
+ARMS = (*RL_ARMS, *SFT_ARMS, *RERANK, *LABELLED)
 LABEL_FREE = ["rollout.reference_in_group=false", "optim.micro_train_batch_size=32"]  # 8 x 8 samples: 32 a rank
 
 
@@ -120,6 +128,8 @@ def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
              env=listening)
     elif arm == "rl_listening":
         grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0}", terms, *LABEL_FREE, kl], seed)
+    elif arm == "rl_consensus":
+        grpo(start, pool, out, n, ["reward.terms={consensus: 1.0, silence: 1.0}", *LABEL_FREE, kl], seed)
     elif arm == "rl_listening_judge":
         judge = str(Path(args.judge).resolve())
         grpo(start, pool, out, n, ["reward.terms={acoustic: 1.0, silence: 1.0, plausibility: 1.0}", *LABEL_FREE, kl,
@@ -171,6 +181,8 @@ def main() -> None:
     p.add_argument("--vad-filter", action="store_true",
                    help="evaluate every model behind `asr-rl eval --vad-filter` (in <work>/eval_vad; trained arms "
                         "already there are not trained again)")
+    p.add_argument("--pool-set", action="store_true",
+                   help="evaluate every model on the pool too, its transcripts kept aside (pool_labelled.jsonl)")
     p.add_argument("--summary-only", action="store_true",
                    help="train and decode nothing: the tables of the models and evaluations already there")
     args = p.parse_args()
@@ -183,6 +195,8 @@ def main() -> None:
     t0 = time.perf_counter()
     sets = {"target_dev": target / "dev.jsonl", "target_test": target / "test.jsonl",
             "source_test_clean": Path(args.source) / "test_clean.jsonl", "nonspeech": target / "nonspeech.jsonl"}
+    if args.pool_set:
+        sets["pool"] = target / "pool_labelled.jsonl"
     listening = {"VOICE_COMMANDS_SCORER": str(Path(args.scorer).resolve())}
     evals, gate = (work / "eval_vad", ["--vad-filter"]) if args.vad_filter else (work / "eval", [])
     label_seconds, reports = {}, {"start": evaluate(Path(args.start), sets, evals / "start", gate)}
@@ -193,9 +207,9 @@ def main() -> None:
                 if (evals / name / "report.json").is_file():
                     reports[name] = json.loads((evals / name / "report.json").read_text())
                 continue
-            if arm == "rerank":
+            if arm in RERANK:
                 reports[name] = evaluate(Path(args.start), sets, evals / name,
-                                         ["--rerank", "8", "--reward", VERIFIER, "--seed", str(seed), *gate],
+                                         ["--rerank", "8", "--reward", RERANK[arm], "--seed", str(seed), *gate],
                                          env=listening)
                 continue
             seconds = train_arm(arm, args, work, seed)
@@ -228,13 +242,15 @@ def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list
     main_arm = "rl_verifier_listening"
     pairs = [("start", a) for a in arms] + [(c, main_arm) for c in ("self_train", "best_of_n", "suta", "rerank", "rl_verifier")
                                             if c in arms and main_arm in arms and c != main_arm]
+    pairs += [(c, a) for c, a in (("rerank", "rl_verifier"), ("rerank_consensus", "rl_consensus"))
+              if c in arms and a in arms]
     comps = {}
     for a, b in pairs:
         comps[(a, b)] = pool_compare(evals, a, b, seeds)
     print("\n| B vs A | set | CER relative [95% CI] P(B better), seeds pooled | each seed |")
     print("|---|---|---|---|")
     for (a, b), c in comps.items():
-        for s in ("target_dev", "target_test", "source_test_clean"):
+        for s in ("target_dev", "target_test", "source_test_clean", "pool"):
             runs = ", ".join("-" if r is None else f"{100 * r:+.1f}%" for r in (c.get(s) or {}).get("runs", []))
             print(f"| {b} vs {a} | {s} | {interval(c.get(s))} | {runs} |")
     (evals / "summary.json").write_text(json.dumps({"label_seconds": label_seconds, "reports": reports,
