@@ -148,3 +148,31 @@ def test_an_encoder_no_training_ever_touched_is_refused(tiny_model, tiny_corpus,
     with pytest.raises(ConfigError, match=r"its audio encoder is `model init`'s random one, never trained"):
         check_encoder_trained(_scorer_cfg(tiny_model, tiny_corpus, tmp_path))
     check_encoder_trained(_scorer_cfg(tiny_model, tiny_corpus, tmp_path, "encoder_trained=true"))  # vouched for
+
+
+def test_the_conv_body_reads_each_utterance_as_alone_and_reloads(tmp_path):
+    """A padded batch gives each utterance the log-likelihood it gets alone (frames past its length
+    never reach it), a step moves the conv weights, and the folder reloads to the same scores; a
+    folder saved before bodies existed loads as the LSTM it is."""
+    torch.manual_seed(0)
+    s = AcousticScorer(6, list("abc"), hidden=8, layers=3, labels_per_frame=2, body="conv")
+    short, long = torch.randn(4, 6), torch.randn(11, 6)
+    together = s.log_likelihood([short, long], ["ab", "abc"], [0, 1])
+    alone = [s.log_likelihood([x], [t], [0])[0] for x, t in ((short, "ab"), (long, "abc"))]
+    assert together.tolist() == pytest.approx([a.item() for a in alone], abs=1e-5)
+    before = s.conv.convs[0].weight.detach().clone()
+    opt = torch.optim.SGD(s.parameters(), lr=0.1)
+    s.loss([short, long], ["ab", "abc"]).backward()
+    opt.step()
+    assert not torch.equal(before, s.conv.convs[0].weight)
+    s.save(tmp_path / "conv")
+    again = AcousticScorer.load(tmp_path / "conv")
+    assert again.body == "conv"
+    assert again.log_likelihood([short], ["ab"], [0]).tolist() == pytest.approx(
+        s.eval().log_likelihood([short], ["ab"], [0]).tolist(), abs=1e-6)
+    old = AcousticScorer(6, list("abc"), hidden=8, layers=1)
+    old.config.pop("body")  # what an earlier version wrote
+    old.save(tmp_path / "lstm")
+    assert AcousticScorer.load(tmp_path / "lstm").body == "lstm"
+    with pytest.raises(ValueError, match="body must be one of lstm, conv, got 'gru'"):
+        AcousticScorer(6, list("abc"), body="gru")
