@@ -44,7 +44,9 @@ evaluates every model, the start included, behind `asr-rl eval --vad-filter` (th
 detector in front of the model), in <work>/eval_vad: run it on a --work that holds trained arms and
 only the evaluations are new. `--pool-set` also evaluates every model on the pool it adapted on, with
 the transcripts kept aside (pool_labelled.jsonl): RL on the pool is then test-time RL, and this is its
-transductive result, beside reranking the pool at the start.
+transductive result, beside reranking the pool at the start. `--rerank-after` also reranks 8 samples of
+each RL arm's model by that arm's own reward (`<arm>+rerank`), beside greedy after RL and reranking at
+the start; the tables give each model's real-time factor (its decoding cost).
 """
 from __future__ import annotations
 
@@ -63,6 +65,8 @@ RL_ARMS = ("rl_verifier", "rl_verifier_listening", "rl_listening", "rl_consensus
 SFT_ARMS = ("self_train", "best_of_n")
 LABELLED = ("rl_cer", "sft")
 RERANK = {"rerank": VERIFIER, "rerank_consensus": "builtin:consensus=1,silence=1"}
+# --rerank-after: an RL arm's model reranked by its own reward (RL and reranking together)
+OWN_REWARD = {"rl_verifier": VERIFIER, "rl_verifier_listening": VERIFIER, "rl_consensus": RERANK["rerank_consensus"]}
 ARMS = (*RL_ARMS, *SFT_ARMS, *RERANK, *LABELLED)
 LABEL_FREE = ["rollout.reference_in_group=false", "optim.micro_train_batch_size=32"]  # 8 x 8 samples: 32 a rank
 
@@ -183,6 +187,8 @@ def main() -> None:
                         "already there are not trained again)")
     p.add_argument("--pool-set", action="store_true",
                    help="evaluate every model on the pool too, its transcripts kept aside (pool_labelled.jsonl)")
+    p.add_argument("--rerank-after", action="store_true",
+                   help="also rerank 8 samples of each RL arm's model by its own reward (<arm>+rerank)")
     p.add_argument("--summary-only", action="store_true",
                    help="train and decode nothing: the tables of the models and evaluations already there")
     args = p.parse_args()
@@ -204,8 +210,9 @@ def main() -> None:
         for arm in arms:
             name = f"{arm}_s{seed}"
             if args.summary_only:
-                if (evals / name / "report.json").is_file():
-                    reports[name] = json.loads((evals / name / "report.json").read_text())
+                for done in (name, f"{arm}+rerank_s{seed}"):
+                    if (evals / done / "report.json").is_file():
+                        reports[done] = json.loads((evals / done / "report.json").read_text())
                 continue
             if arm in RERANK:
                 reports[name] = evaluate(Path(args.start), sets, evals / name,
@@ -216,6 +223,11 @@ def main() -> None:
             if seconds is not None:
                 label_seconds[arm] = seconds
             reports[name] = evaluate(work / name / "final", sets, evals / name, gate)
+            if args.rerank_after and arm in OWN_REWARD:
+                both = f"{arm}+rerank_s{seed}"
+                reports[both] = evaluate(work / name / "final", sets, evals / both,
+                                         ["--rerank", "8", "--reward", OWN_REWARD[arm], "--seed", str(seed), *gate],
+                                         env=listening)
     summarise(args, evals, reports, label_seconds, seeds, arms, (time.perf_counter() - t0) / 60)
 
 
@@ -225,13 +237,13 @@ def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list
     `evals`: the folder of the evaluations (`<work>/eval`, or `eval_vad` behind the gate)."""
     print(f"\nbench_adapt: RL {args.steps} updates, SFT {args.sft_steps} steps an arm, seeds {seeds}, from "
           f"{args.start}; labelling s: {label_seconds}; whole run {minutes:.1f} min")
-    print("| model | set | CER % | ins % | loops % | kw err % | verifier pass % | non-speech halluc % |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| model | set | CER % | ins % | loops % | kw err % | verifier pass % | non-speech halluc % | RTF |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, rep in reports.items():
         for s, m in rep["test_sets"].items():
             print(f"| {name} | {s} | {_pct(m.get('cer'))} | {_pct(m.get('insertion_rate'))} | {_pct(m.get('loop_rate'))} | "
                   f"{_pct(m.get('keyword_error_rate'))} | {_pct(m.get('verifier_pass_rate'))} | "
-                  f"{_pct(m.get('nonspeech_hallucination_rate'))} |")
+                  f"{_pct(m.get('nonspeech_hallucination_rate'))} | {m.get('rtf') or 0:.3f} |")
     print("\n| model | target test CER % en / zh | keyword error % (target test): digits en / zh, names en / zh |")
     print("|---|---|---|")
     for name, rep in reports.items():
@@ -244,6 +256,10 @@ def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list
                                             if c in arms and main_arm in arms and c != main_arm]
     pairs += [(c, a) for c, a in (("rerank", "rl_verifier"), ("rerank_consensus", "rl_consensus"))
               if c in arms and a in arms]
+    if args.rerank_after:  # RL + reranking against greedy after RL and against reranking at the start
+        pairs += [(a, f"{a}+rerank") for a in arms if a in OWN_REWARD]
+        pairs += [(c, f"{a}+rerank") for c, a in (("rerank", "rl_verifier"), ("rerank_consensus", "rl_consensus"))
+                  if c in arms and a in arms]
     comps = {}
     for a, b in pairs:
         comps[(a, b)] = pool_compare(evals, a, b, seeds)
