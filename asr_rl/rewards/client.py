@@ -1,9 +1,10 @@
 """`RemoteReward`: the reward contract over HTTP, against one or more servers speaking OpenRLHF's
 `/get_reward` protocol (ours in `asr_rl.rewards.server`, or any OpenRLHF-compatible one).
 
-A batch is cut into contiguous chunks of whole groups (rewards/groups.py), dealt to the servers round-robin, sent concurrently and
-reassembled in order. Each request carries OpenRLHF's fields (query = response, prompts = prompt,
-labels = reference) plus our `samples` extension, so that our server rebuilds the `Sample`s exactly.
+A batch is cut into contiguous chunks of whole groups (rewards/groups.py), dealt to the servers
+round-robin, sent concurrently and reassembled in order. Each request carries OpenRLHF's fields
+(query = response, prompts = prompt, labels = reference) plus our `samples` extension, so that our
+server rebuilds the `Sample`s exactly.
 
 Failures never turn into a silent 0: after bounded retries (connection errors, timeouts, 408, 429
 and 5xx, with exponential backoff) or at once (other 4xx, a malformed answer) it raises `RewardError`

@@ -19,8 +19,10 @@ def test_the_term_docstrings_hold():
 
 def test_each_term_declares_whether_it_needs_the_reference():
     free = set(terms.TERMS.where(needs_reference=False))
-    assert free == {"language", "fluency", "repetition", "speaking_rate", "acoustic", "silence", "plausibility"}
+    assert free == {"language", "fluency", "repetition", "speaking_rate", "acoustic", "silence", "plausibility",
+                    "consensus"}
     assert set(terms.TERMS.where(needs_audio=True)) == {"acoustic", "silence"}
+    assert set(terms.TERMS.where(needs_group=True)) == {"consensus", "language"}
     assert {"cer", "wer", "keyword", "biasing", "omission", "hallucination", "empty", "dg_wer"} <= set(
         terms.TERMS.where(needs_reference=True))
 
