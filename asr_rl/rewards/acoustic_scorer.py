@@ -56,7 +56,8 @@ class AcousticScorer(nn.Module):
     """Frame states `(B, L, d_audio)` -> per-slot character log-probs `(B, L * k, V)`, V = labels + blank.
 
     A projection, a body over the frames (`lstm`: a bidirectional LSTM; `conv`: dilated residual
-    convolutions, `ConvBody`, which train several times faster on CPU) and a linear CTC head; each
+    convolutions, `ConvBody`: a training step in about half the BiLSTM's time at 2 layers on CPU,
+    scripts/bench_scorer_body.py) and a linear CTC head; each
     frame predicts `labels_per_frame` slots (an encoder at 25 frames/s is slower than fast speech: CTC
     needs a slot per character)."""
 
