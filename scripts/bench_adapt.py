@@ -46,11 +46,15 @@ only the evaluations are new. `--pool-set` also evaluates every model on the poo
 the transcripts kept aside (pool_labelled.jsonl): RL on the pool is then test-time RL, and this is its
 transductive result, beside reranking the pool at the start. `--rerank-after` also reranks 8 samples of
 each RL arm's model by that arm's own reward (`<arm>+rerank`), beside greedy after RL and reranking at
-the start; the tables give each model's real-time factor (its decoding cost).
+the start; the tables give each model's real-time factor (its decoding cost). `--adapt-on dev|test`
+adapts on that set's audio instead of the pool (test-time RL: choose settings on dev, report on test),
+and `--save-every N` evaluates every N-th update's checkpoint: the learning curve, and which checkpoint
+the verifier's mean reward (no transcript read) would choose against dev CER's choice.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
@@ -71,14 +75,16 @@ ARMS = (*RL_ARMS, *SFT_ARMS, *RERANK, *LABELLED)
 LABEL_FREE = ["rollout.reference_in_group=false", "optim.micro_train_batch_size=32"]  # 8 x 8 samples: 32 a rank
 
 
-def grpo(start: Path, manifest: str, out: Path, steps: int, reward: list[str], seed: int = 42, env=None) -> None:
+def rl_run(start: Path, manifest: str, out: Path, steps: int, reward: list[str], seed: int = 42, env=None,
+         save_every: int = 0) -> None:
     """GRPO for `steps` updates (a budget that does not depend on the host; its wall time is in the
-    run's metrics), as the demo's stage 4 runs it."""
+    run's metrics), as the demo's stage 4 runs it; `save_every` > 0 keeps a checkpoint every that many
+    updates (the learning curve)."""
     if (out / "final").is_dir():
         return
     run("train", "grpo", "--config", str(ROOT / "recipes/configs/grpo_demo.yaml"), f"pretrain={start}",
         f"train_manifest={manifest}", f"output_dir={out}", "max_minutes=0", f"max_steps={steps}", f"seed={seed}",
-        "save_steps=0", "eval_steps=0", "backend=ray", "distributed.actor_num_gpus_per_node=2",
+        f"save_steps={save_every}", "max_ckpt_num=1000", "eval_steps=0", "backend=ray", "distributed.actor_num_gpus_per_node=2",
         "distributed.zero_stage=2", "logging.progress_bar=false", *reward, threads=1, env=env)
 
 
@@ -120,11 +126,12 @@ def compare(a: Path, b: Path, out: Path) -> dict:
 
 def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
     """Train `arm` with `seed` (the folder `<arm>_s<seed>`); the labelling seconds of a pseudo-label arm."""
-    target, start, n, scorer = Path(args.target), Path(args.start), args.steps, str(Path(args.scorer).resolve())
-    out, pool = work / f"{arm}_s{seed}", str(target / "pool.jsonl")
+    start, n, scorer = Path(args.start), args.steps, str(Path(args.scorer).resolve())
+    out, pool, labelled = work / f"{arm}_s{seed}", args.adapt_manifest, args.adapt_labelled
     listening = {"VOICE_COMMANDS_SCORER": scorer}
     terms = f"reward.term_options={{acoustic: {{scorer: {scorer}}}}}"
     kl = f"algo.init_kl_coef={args.kl}"
+    grpo = functools.partial(rl_run, save_every=args.save_every)
     if arm == "rl_verifier":
         grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE, kl], seed)
     elif arm == "rl_verifier_listening":
@@ -149,14 +156,14 @@ def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
                                    "optim.micro_train_batch_size=8", "algo.entropy_coef=-1.0"], seed)
     elif arm in SFT_ARMS:
         best_of = 8 if arm == "best_of_n" else 0
-        seconds = labels(start, target / "pool.jsonl", work / f"labels_{arm}.jsonl", best_of, env=listening)
+        seconds = labels(start, Path(pool), work / f"labels_{arm}.jsonl", best_of, env=listening)
         sft(start, work / f"labels_{arm}.jsonl", out, args.sft_steps, seed)
         return seconds
     elif arm == "rl_cer":
-        grpo(start, str(target / "pool_labelled.jsonl"), out, n,
+        grpo(start, labelled, out, n,
              ["reward.terms={cer: 1.0, omission: 0.5, hallucination: 0.5, empty: 0.5}"], seed)
     elif arm == "sft":
-        sft(start, target / "pool_labelled.jsonl", out, args.sft_steps, seed)
+        sft(start, Path(labelled), out, args.sft_steps, seed)
     return None
 
 
@@ -173,7 +180,8 @@ def main() -> None:
     p.add_argument("--start", default="exp/demo_full_qwen2_audio/sft/best")
     p.add_argument("--target", default="data/target_domain")
     p.add_argument("--source", default="data/demo_corpus_3000")
-    p.add_argument("--scorer", default="exp/scorer/demo/final", help="an `asr-rl train scorer` folder")
+    p.add_argument("--scorer", default="exp/scorer/demo/final",
+                   help="an `asr-rl train scorer` folder ('': none; `rerank` then scores by the verifier alone)")
     p.add_argument("--judge", default="exp/judge/rm/final", help="rl_listening_judge: an `asr-rl train rm` folder")
     p.add_argument("--work", default="exp/bench_adapt")
     p.add_argument("--steps", type=int, default=250, help="each RL arm's updates")
@@ -189,6 +197,13 @@ def main() -> None:
                    help="evaluate every model on the pool too, its transcripts kept aside (pool_labelled.jsonl)")
     p.add_argument("--rerank-after", action="store_true",
                    help="also rerank 8 samples of each RL arm's model by its own reward (<arm>+rerank)")
+    p.add_argument("--adapt-on", choices=("pool", "dev", "test"), default="pool",
+                   help="the target audio the arms adapt on, its transcripts removed: the pool (inductive: dev and "
+                        "test are other voices), or the dev or test audio itself (test-time RL, transductive: choose "
+                        "settings adapting on dev, report adapting on test); rl_cer and sft take that audio's transcripts")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="RL arms keep a checkpoint every N updates, each evaluated on target dev and test: the "
+                        "learning curve, and the checkpoint a label-free criterion chooses against dev CER's choice")
     p.add_argument("--summary-only", action="store_true",
                    help="train and decode nothing: the tables of the models and evaluations already there")
     args = p.parse_args()
@@ -198,14 +213,17 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; valid: {', '.join(ARMS)}")
     work.mkdir(parents=True, exist_ok=True)
+    args.adapt_manifest, args.adapt_labelled = adapt_manifests(target, args.adapt_on, work)
     t0 = time.perf_counter()
     sets = {"target_dev": target / "dev.jsonl", "target_test": target / "test.jsonl",
             "source_test_clean": Path(args.source) / "test_clean.jsonl", "nonspeech": target / "nonspeech.jsonl"}
-    if args.pool_set:
+    if args.pool_set and args.adapt_on == "pool":  # adapting on dev or test, that set is the pool's
         sets["pool"] = target / "pool_labelled.jsonl"
-    listening = {"VOICE_COMMANDS_SCORER": str(Path(args.scorer).resolve())}
+    # reranking by the verifier listens too when a scorer is given ('': the verifier alone, rl_verifier's reward)
+    listening = {"VOICE_COMMANDS_SCORER": str(Path(args.scorer).resolve())} if args.scorer else {}
     evals, gate = (work / "eval_vad", ["--vad-filter"]) if args.vad_filter else (work / "eval", [])
     label_seconds, reports = {}, {"start": evaluate(Path(args.start), sets, evals / "start", gate)}
+    curves: dict[str, list[dict]] = {}
     for seed in seeds:
         for arm in arms:
             name = f"{arm}_s{seed}"
@@ -223,12 +241,67 @@ def main() -> None:
             if seconds is not None:
                 label_seconds[arm] = seconds
             reports[name] = evaluate(work / name / "final", sets, evals / name, gate)
+            if args.save_every and arm in RL_ARMS:
+                curves[name] = curve(work / name, sets, evals, name, gate, reports[name], args.steps)
             if args.rerank_after and arm in OWN_REWARD:
                 both = f"{arm}+rerank_s{seed}"
                 reports[both] = evaluate(work / name / "final", sets, evals / both,
                                          ["--rerank", "8", "--reward", OWN_REWARD[arm], "--seed", str(seed), *gate],
                                          env=listening)
     summarise(args, evals, reports, label_seconds, seeds, arms, (time.perf_counter() - t0) / 60)
+    if curves:
+        print_curves(curves, reports["start"])
+
+
+def adapt_manifests(target: Path, split: str, work: Path) -> tuple[str, str]:
+    """The manifest the arms adapt on (no transcripts) and the same audio with them (rl_cer, sft)."""
+    if split == "pool":
+        return str(target / "pool.jsonl"), str(target / "pool_labelled.jsonl")
+    from asr_rl.data.synth.target import POOL_FIELDS
+
+    rows = [json.loads(line) for line in (target / f"{split}.jsonl").read_text().splitlines() if line.strip()]
+    out = work / f"adapt_{split}.jsonl"
+    out.write_text("".join(json.dumps({k: r[k] for k in POOL_FIELDS if k in r}, ensure_ascii=False) + "\n"
+                           for r in rows))
+    return str(out), str(target / f"{split}.jsonl")
+
+
+def curve(run_dir: Path, sets: dict, evals: Path, name: str, gate: list[str], final: dict,
+          steps: int) -> list[dict]:
+    """Each kept checkpoint of an RL run on target dev and test (`<name>@<step>`; the last is `final`),
+    with the verifier's mean reward on each (label-free: it reads no transcript)."""
+    points = []
+    for ck in sorted((run_dir / "checkpoints").glob("step_*")):
+        step = int(ck.name.split("_")[1])
+        rep = final if step == steps else evaluate(ck, {k: sets[k] for k in ("target_dev", "target_test")},
+                                                   evals / f"{name}@{step}", gate)
+        points.append({"step": step, **_curve_point(rep)})
+    return points
+
+
+def _curve_point(rep: dict) -> dict:
+    m = rep["test_sets"]
+    return {"dev_cer": m["target_dev"]["cer"], "test_cer": m["target_test"]["cer"],
+            "dev_reward": m["target_dev"].get("verifier_mean_reward"),
+            "test_reward": m["target_test"].get("verifier_mean_reward")}
+
+
+def print_curves(curves: dict[str, list[dict]], start: dict) -> None:
+    """The learning curves, and the checkpoint each criterion chooses (its target test CER): dev CER
+    (labelled), the verifier's mean reward on the dev audio (held out, label-free) and on the test audio."""
+    print("\n| run | update | target dev CER % | target test CER % | verifier reward dev | verifier reward test |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, points in curves.items():
+        for pt in [{"step": 0, **_curve_point(start)}, *points]:
+            print(f"| {name} | {pt['step']} | {_pct(pt['dev_cer'])} | {_pct(pt['test_cer'])} | "
+                  f"{pt['dev_reward'] or 0:.3f} | {pt['test_reward'] or 0:.3f} |")
+    print("\n| run | chosen by dev CER: update, test CER % | by verifier reward on dev audio | on test audio |")
+    print("|---|---|---|---|")
+    for name, points in curves.items():
+        pts = [{"step": 0, **_curve_point(start)}, *points]
+        picks = [min(pts, key=lambda q: q["dev_cer"]), max(pts, key=lambda q: q["dev_reward"] or 0),
+                 max(pts, key=lambda q: q["test_reward"] or 0)]
+        print(f"| {name} | " + " | ".join(f"{q['step']}, {_pct(q['test_cer'])}" for q in picks) + " |")
 
 
 def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list[int], arms: list[str],

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from asr_rl.rewards.base import Sample
@@ -47,11 +48,9 @@ def agreement(texts: list[str], unit: str = "char") -> list[float]:
     n = len(seqs)
     if n < 2:
         return [1.0] * n
-    dist = [[0.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            dist[i][j] = dist[j][i] = Levenshtein.normalized_distance(seqs[i], seqs[j])
-    return [1.0 - sum(row) / (n - 1) for row in dist]
+    # all pairs in C (rapidfuzz); the diagonal is 0, so a row's sum is its distance to the others
+    dist = process.cdist(seqs, seqs, scorer=Levenshtein.normalized_distance, dtype=float)
+    return [float(1.0 - row.sum() / (n - 1)) for row in dist]
 
 
 def _group_scores(texts: list[str], mode: str, unit: str, confidence: bool) -> list[float]:
