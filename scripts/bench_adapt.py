@@ -231,6 +231,8 @@ def main() -> None:
                 for done in (name, f"{arm}+rerank_s{seed}"):
                     if (evals / done / "report.json").is_file():
                         reports[done] = json.loads((evals / done / "report.json").read_text())
+                if args.save_every and name in reports and arm in RL_ARMS:
+                    curves[name] = curve(work / name, sets, evals, name, gate, reports[name], args.steps, decode=False)
                 continue
             if arm in RERANK:
                 reports[name] = evaluate(Path(args.start), sets, evals / name,
@@ -251,6 +253,7 @@ def main() -> None:
     summarise(args, evals, reports, label_seconds, seeds, arms, (time.perf_counter() - t0) / 60)
     if curves:
         print_curves(curves, reports["start"])
+    print_dynamics(work, [f"{a}_s{s}" for s in seeds for a in arms if a in RL_ARMS])
 
 
 def adapt_manifests(target: Path, split: str, work: Path) -> tuple[str, str]:
@@ -267,16 +270,50 @@ def adapt_manifests(target: Path, split: str, work: Path) -> tuple[str, str]:
 
 
 def curve(run_dir: Path, sets: dict, evals: Path, name: str, gate: list[str], final: dict,
-          steps: int) -> list[dict]:
+          steps: int, decode: bool = True) -> list[dict]:
     """Each kept checkpoint of an RL run on target dev and test (`<name>@<step>`; the last is `final`),
-    with the verifier's mean reward on each (label-free: it reads no transcript)."""
+    with the verifier's mean reward on each (label-free: it reads no transcript); `decode` False:
+    only the checkpoints already evaluated."""
     points = []
     for ck in sorted((run_dir / "checkpoints").glob("step_*")):
-        step = int(ck.name.split("_")[1])
-        rep = final if step == steps else evaluate(ck, {k: sets[k] for k in ("target_dev", "target_test")},
-                                                   evals / f"{name}@{step}", gate)
+        step, out = int(ck.name.split("_")[1]), evals / f"{name}@{int(ck.name.split('_')[1])}"
+        if step != steps and not decode and not (out / "report.json").is_file():
+            continue
+        rep = final if step == steps else evaluate(ck, {k: sets[k] for k in ("target_dev", "target_test")}, out, gate)
         points.append({"step": step, **_curve_point(rep)})
     return points
+
+
+def print_dynamics(work: Path, runs: list[str]) -> None:
+    """What each RL run saw (its metrics.jsonl): the share of groups whose rewards tied (dropped by
+    dynamic filtering and sampled again, AQA-TTRL's resampling), over the first and the last tenth of
+    the updates; the mean reward there; the policy's entropy; the wall minutes of its updates."""
+    rows = []
+    for name in runs:
+        path = work / name / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        steps = [r for r in map(json.loads, path.read_text().splitlines()) if "rollout/groups_seen" in r]
+        if not steps:
+            continue
+        k = max(1, len(steps) // 10)
+
+        def tied(part):
+            seen = sum(r["rollout/groups_seen"] for r in part)
+            return sum(r.get("rollout/groups_filtered", 0) for r in part) / max(seen, 1)
+
+        def mean(part, key):
+            vals = [r[key] for r in part if r.get(key) is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+
+        rows.append(f"| {name} | {len(steps)} | {100 * tied(steps[:k]):.0f} -> {100 * tied(steps[-k:]):.0f} | "
+                    f"{mean(steps[:k], 'reward/mean'):.3f} -> {mean(steps[-k:], 'reward/mean'):.3f} | "
+                    f"{mean(steps[:k], 'policy/entropy'):.3f} -> {mean(steps[-k:], 'policy/entropy'):.3f} | "
+                    f"{sum(r.get('time/step', 0) for r in steps) / 60:.1f} |")
+    if rows:
+        print("\n| run | updates | tied groups %, first -> last tenth | reward mean | entropy | minutes |")
+        print("|---|---:|---|---|---|---:|")
+        print("\n".join(rows))
 
 
 def _curve_point(rep: dict) -> dict:
