@@ -47,7 +47,8 @@ the transcripts kept aside (pool_labelled.jsonl): RL on the pool is then test-ti
 transductive result, beside reranking the pool at the start. `--rerank-after` also reranks 8 samples of
 each RL arm's model by that arm's own reward (`<arm>+rerank`), beside greedy after RL and reranking at
 the start; the tables give each model's real-time factor (its decoding cost). `--adapt-on dev|test`
-adapts on that set's audio instead of the pool (test-time RL: choose settings on dev, report on test),
+adapts on that set's audio instead of the pool (test-time RL with its recipe's config,
+recipes/configs/grpo_test_time.yaml: choose settings on dev, report on test),
 and `--save-every N` evaluates every N-th update's checkpoint: the learning curve, and which checkpoint
 the verifier's mean reward (no transcript read) would choose against dev CER's choice.
 """
@@ -76,13 +77,14 @@ LABEL_FREE = ["rollout.reference_in_group=false", "optim.micro_train_batch_size=
 
 
 def rl_run(start: Path, manifest: str, out: Path, steps: int, reward: list[str], seed: int = 42, env=None,
-         save_every: int = 0) -> None:
+         save_every: int = 0, config: str = "grpo_demo.yaml") -> None:
     """GRPO for `steps` updates (a budget that does not depend on the host; its wall time is in the
-    run's metrics), as the demo's stage 4 runs it; `save_every` > 0 keeps a checkpoint every that many
-    updates (the learning curve)."""
+    run's metrics), as the demo's stage 4 runs it (`config`: test-time RL runs its recipe's,
+    grpo_test_time.yaml, whose rollouts hear the audio unaugmented); `save_every` > 0 keeps a
+    checkpoint every that many updates (the learning curve)."""
     if (out / "final").is_dir():
         return
-    run("train", "grpo", "--config", str(ROOT / "recipes/configs/grpo_demo.yaml"), f"pretrain={start}",
+    run("train", "grpo", "--config", str(ROOT / "recipes/configs" / config), f"pretrain={start}",
         f"train_manifest={manifest}", f"output_dir={out}", "max_minutes=0", f"max_steps={steps}", f"seed={seed}",
         f"save_steps={save_every}", "max_ckpt_num=1000", "eval_steps=0", "backend=ray", "distributed.actor_num_gpus_per_node=2",
         "distributed.zero_stage=2", "logging.progress_bar=false", *reward, threads=1, env=env)
@@ -131,7 +133,8 @@ def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
     listening = {"VOICE_COMMANDS_SCORER": scorer}
     terms = f"reward.term_options={{acoustic: {{scorer: {scorer}}}}}"
     kl = f"algo.init_kl_coef={args.kl}"
-    grpo = functools.partial(rl_run, save_every=args.save_every)
+    grpo = functools.partial(rl_run, save_every=args.save_every,
+                             config="grpo_demo.yaml" if args.adapt_on == "pool" else "grpo_test_time.yaml")
     if arm == "rl_verifier":
         grpo(start, pool, out, n, [f"reward.file={VERIFIER}", "reward.terms=null", *LABEL_FREE, kl], seed)
     elif arm == "rl_verifier_listening":
