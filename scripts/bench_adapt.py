@@ -267,6 +267,8 @@ def adapt_manifests(target: Path, split: str, work: Path) -> tuple[str, str]:
 
     rows = [json.loads(line) for line in (target / f"{split}.jsonl").read_text().splitlines() if line.strip()]
     out = work / f"adapt_{split}.jsonl"
+    for r in rows:  # an audio path is relative to its manifest's folder, and the copy lives elsewhere
+        r["audio"] = str((target / r["audio"]).resolve())
     out.write_text("".join(json.dumps({k: r[k] for k in POOL_FIELDS if k in r}, ensure_ascii=False) + "\n"
                            for r in rows))
     return str(out), str(target / f"{split}.jsonl")
