@@ -17,8 +17,9 @@
 #            and the failure terms)
 #   stage 4: GRPO from the SFT's best/ on the pool, on Ray + DeepSpeed (2 ranks), scored by that server
 #                                                                           (recipes/run_grpo_from_sft.sh)
-#   stage 5: asr-rl eval of the SFT and GRPO checkpoints on the source and target test sets and the
-#            non-speech set (with the verifier's pass rate), and --compare (intervals)
+#   stage 5: asr-rl eval of the SFT and GRPO checkpoints on the source and target test sets, the pool
+#            itself (its transcripts kept aside: test-time RL's result) and the non-speech set (with the
+#            verifier's pass rate), and --compare (intervals)
 #   stage 6: asr-rl report: comparison table and plots
 #
 # Resumable: a finished stage leaves a marker in $EXP/.done and is skipped on the next run; an
@@ -174,8 +175,10 @@ evaluate() {
   local sets=() verifier=()
   for s in $TEST_SETS; do sets+=(--test-set "$s=$CORPUS/$s.jsonl"); done
   if [ "$RL_DOMAIN" = target ]; then
-    sets+=(--test-set "target_dev=$TARGET/dev.jsonl" --test-set "target_test=$TARGET/test.jsonl"
-           --test-set "nonspeech=$TARGET/nonspeech.jsonl")
+    # target_pool: the audio RL adapted on, its transcripts kept aside (test-time RL's own result);
+    # target_dev and target_test: voices it never heard
+    sets+=(--test-set "target_pool=$TARGET/pool_labelled.jsonl" --test-set "target_dev=$TARGET/dev.jsonl"
+           --test-set "target_test=$TARGET/test.jsonl" --test-set "nonspeech=$TARGET/nonspeech.jsonl")
     verifier=(--verifier "$VERIFIER")
   fi
   OMP_NUM_THREADS=2 asr-rl eval --model "$(sft_start)" "${sets[@]}" "${verifier[@]}" --output "$EXP/eval/sft" --quiet

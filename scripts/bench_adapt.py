@@ -257,6 +257,7 @@ def main() -> None:
     if curves:
         print_curves(curves, reports["start"])
     print_dynamics(work, [f"{a}_s{s}" for s in seeds for a in arms if a in RL_ARMS])
+    print_voices(evals, ["start", *arms], seeds)
 
 
 def adapt_manifests(target: Path, split: str, work: Path) -> tuple[str, str]:
@@ -287,6 +288,42 @@ def curve(run_dir: Path, sets: dict, evals: Path, name: str, gate: list[str], fi
         rep = final if step == steps else evaluate(ck, {k: sets[k] for k in ("target_dev", "target_test")}, out, gate)
         points.append({"step": step, **_curve_point(rep)})
     return points
+
+
+def voice_errors(eval_folder: Path, name: str = "target_test") -> dict[str, list[int]]:
+    """Character errors and reference characters per voice (the speaker's espeak variant) on a set."""
+    from asr_rl.rewards.normalize import char_errors
+
+    out: dict[str, list[int]] = {}
+    for line in (eval_folder / f"{name}.hyps.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        voice = f"{(r.get('speaker') or '?').split('+')[-1].split(':')[0]} ({r['language']})"
+        s, d, i, n = char_errors(r["reference"], r["hypothesis"])
+        acc = out.setdefault(voice, [0, 0])
+        acc[0], acc[1] = acc[0] + s + d + i, acc[1] + n
+    return out
+
+
+def print_voices(evals: Path, arms: list[str], seeds: list[int], name: str = "target_test") -> None:
+    """CER per voice of `name` (each voice is heard only there: pool, dev and test voices differ), the
+    start beside each arm (its seeds' errors pooled)."""
+    cols = {}
+    for arm in arms:
+        folders = [evals / "start"] if arm == "start" else [evals / f"{arm}_s{s}" for s in seeds]
+        folders = [f for f in folders if (f / f"{name}.hyps.jsonl").is_file()]
+        if folders:
+            total: dict[str, list[int]] = {}
+            for f in folders:
+                for v, (e, n) in voice_errors(f, name).items():
+                    acc = total.setdefault(v, [0, 0])
+                    acc[0], acc[1] = acc[0] + e, acc[1] + n
+            cols[arm] = {v: e / n for v, (e, n) in total.items() if n}
+    if len(cols) < 2:
+        return
+    print(f"\n| voice ({name}) | " + " | ".join(f"{a} CER %" for a in cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for v in sorted(cols["start"]):
+        print(f"| {v} | " + " | ".join(_pct(c.get(v)) for c in cols.values()) + " |")
 
 
 def print_dynamics(work: Path, runs: list[str]) -> None:

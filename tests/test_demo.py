@@ -26,7 +26,7 @@ def test_tiny_quickstart_runs_every_stage_and_resumes(tmp_path, arch):
     assert sorted(p.name for p in (exp / ".done").iterdir()) == [f"stage{i}" for i in range(7)]
     report = (exp / "report" / "report.md").read_text()
     # adapting to the target (qwen2_audio's default): the home domain's clean set and the target's sets
-    sets = (("test_clean", "target_dev", "target_test", "nonspeech") if arch == "qwen2_audio"
+    sets = (("test_clean", "target_pool", "target_dev", "target_test", "nonspeech") if arch == "qwen2_audio"
             else ("test_clean", "test_noisy", "test_accent", "dev"))
     for test_set in sets:
         assert f"| {test_set} | grpo |" in report and f"| {test_set} | sft |" in report
