@@ -62,6 +62,7 @@ from pathlib import Path
 
 import yaml
 from bench_common import FIXED_TIME_SFT, run
+from bench_spread import split_sets
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = str(ROOT / "recipes/rewards/voice_commands.py")
@@ -412,30 +413,19 @@ def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list
         pairs += [(a, f"{a}+rerank") for a in arms if a in OWN_REWARD]
         pairs += [(c, f"{a}+rerank") for c, a in (("rerank", "rl_verifier"), ("rerank_consensus", "rl_consensus"))
                   if c in arms and a in arms]
-    speech_only(evals)
+    split_sets(evals)
     comps = {}
     for a, b in pairs:
         comps[(a, b)] = pool_compare(evals, a, b, seeds)
     print("\n| B vs A | set | CER relative [95% CI] P(B better), seeds pooled | each seed |")
     print("|---|---|---|---|")
     for (a, b), c in comps.items():
-        for s in ("target_dev", "target_test", "source_test_clean", "pool", "pool_speech"):
+        for s in ("target_dev", "target_test", "target_test_zh", "source_test_clean", "pool", "pool_speech"):
             runs = ", ".join("-" if r is None else f"{100 * r:+.1f}%" for r in (c.get(s) or {}).get("runs", []))
             print(f"| {b} vs {a} | {s} | {interval(c.get(s))} | {runs} |")
     (evals / "summary.json").write_text(json.dumps({"label_seconds": label_seconds, "reports": reports,
                                                    "compare": {f"{b}_vs_{a}": c for (a, b), c in comps.items()}},
                                                   indent=1, default=str))
-
-
-def speech_only(evals: Path) -> None:
-    """`pool_speech.hyps.jsonl` beside each model's pool hypotheses: the pool's speech lines alone (a
-    tenth of the pool is nobody speaking, whose words count as insertions in the pool's CER: the
-    silence term's share of the gain), which `pool_compare` then compares as a set of its own."""
-    for hyps in evals.glob("*/pool.hyps.jsonl"):
-        out = hyps.parent / "pool_speech.hyps.jsonl"
-        if not out.is_file():
-            lines = [line for line in hyps.read_text().splitlines() if json.loads(line)["reference"]]
-            out.write_text("".join(line + "\n" for line in lines))
 
 
 def keyword_kinds(eval_folder: Path, name: str = "target_test") -> dict[str, float]:
