@@ -61,7 +61,7 @@ import time
 from pathlib import Path
 
 import yaml
-from bench_common import FIXED_TIME_SFT, run
+from bench_common import FIXED_TIME_SFT, interval, run
 from bench_spread import split_sets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,14 +169,6 @@ def train_arm(arm: str, args, work: Path, seed: int) -> float | None:
     elif arm == "sft":
         sft(start, Path(labelled), out, args.sft_steps, seed)
     return None
-
-
-def interval(c: dict | None) -> str:
-    if not c:
-        return "-"
-    u = c["utterance"]
-    lo, hi = (100 * x for x in u["relative_ci"])
-    return f"{100 * u['relative']:+.1f}% [{lo:+.1f}, {hi:+.1f}] P={u['p_improvement']:.2f}"
 
 
 def main() -> None:

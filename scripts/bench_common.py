@@ -23,6 +23,16 @@ def run(*args: str, threads: int = 2, env: dict | None = None) -> float:
     return time.perf_counter() - start
 
 
+def interval(c: dict | None) -> str:
+    """A paired comparison (`asr-rl eval --compare`'s, or `pooled_compare`'s) as one cell: the relative
+    CER change, its 95% interval and P(better)."""
+    if not c:
+        return "-"
+    u = c["utterance"]
+    lo, hi = (100 * x for x in u["relative_ci"])
+    return f"{100 * u['relative']:+.1f}% [{lo:+.1f}, {hi:+.1f}] P={u['p_improvement']:.2f}"
+
+
 def ensure_corpus(corpus: Path, n_train: int, n_test: int, seed: int = 1) -> None:
     if not (corpus / "train.jsonl").is_file():
         run("data", "synth", "--out", str(corpus), "--train", str(n_train), "--test", str(n_test), "--seed", str(seed))

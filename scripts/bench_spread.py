@@ -17,6 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from bench_common import interval
+
 SETS = ("pool", "pool_speech", "target_dev", "target_test", "target_test_en", "target_test_zh", "source_test_clean")
 
 
@@ -78,16 +80,8 @@ def main() -> None:
     for s in SETS:
         if s not in pooled:
             continue
-        cells = [_cell(e.get(s)) for e in each]
-        print(f"| {s} | " + " | ".join(cells) + f" | {_cell(pooled[s])} |")
-
-
-def _cell(c: dict | None) -> str:
-    if not c:
-        return "-"
-    u = c["utterance"]
-    lo, hi = (100 * x for x in u["relative_ci"])
-    return f"{100 * u['relative']:+.1f}% [{lo:+.1f}, {hi:+.1f}] P={u['p_improvement']:.2f}"
+        cells = [interval(e.get(s)) for e in each]
+        print(f"| {s} | " + " | ".join(cells) + f" | {interval(pooled[s])} |")
 
 
 if __name__ == "__main__":
