@@ -62,7 +62,7 @@ from pathlib import Path
 
 import yaml
 from bench_common import FIXED_TIME_SFT, interval, run
-from bench_spread import split_sets
+from bench_spread import curve_point, pct, print_curves, print_dynamics, print_voices, split_sets
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = str(ROOT / "recipes/rewards/voice_commands.py")
@@ -275,105 +275,13 @@ def curve(run_dir: Path, sets: dict, evals: Path, name: str, gate: list[str], fi
     only the checkpoints already evaluated."""
     points = []
     for ck in sorted((run_dir / "checkpoints").glob("step_*")):
-        step, out = int(ck.name.split("_")[1]), evals / f"{name}@{int(ck.name.split('_')[1])}"
+        step = int(ck.name.split("_")[1])
+        out = evals / f"{name}@{step}"
         if step != steps and not decode and not (out / "report.json").is_file():
             continue
         rep = final if step == steps else evaluate(ck, {k: sets[k] for k in ("target_dev", "target_test")}, out, gate)
-        points.append({"step": step, **_curve_point(rep)})
+        points.append({"step": step, **curve_point(rep)})
     return points
-
-
-def voice_errors(eval_folder: Path, name: str = "target_test") -> dict[str, list[int]]:
-    """Character errors and reference characters per voice (the speaker's espeak variant) on a set."""
-    from asr_rl.rewards.normalize import char_errors
-
-    out: dict[str, list[int]] = {}
-    for line in (eval_folder / f"{name}.hyps.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        voice = f"{(r.get('speaker') or '?').split('+')[-1].split(':')[0]} ({r['language']})"
-        s, d, i, n = char_errors(r["reference"], r["hypothesis"])
-        acc = out.setdefault(voice, [0, 0])
-        acc[0], acc[1] = acc[0] + s + d + i, acc[1] + n
-    return out
-
-
-def print_voices(evals: Path, arms: list[str], seeds: list[int], name: str = "target_test") -> None:
-    """CER per voice of `name` (each voice is heard only there: pool, dev and test voices differ), the
-    start beside each arm (its seeds' errors pooled)."""
-    cols = {}
-    for arm in arms:
-        folders = [evals / "start"] if arm == "start" else [evals / f"{arm}_s{s}" for s in seeds]
-        folders = [f for f in folders if (f / f"{name}.hyps.jsonl").is_file()]
-        if folders:
-            total: dict[str, list[int]] = {}
-            for f in folders:
-                for v, (e, n) in voice_errors(f, name).items():
-                    acc = total.setdefault(v, [0, 0])
-                    acc[0], acc[1] = acc[0] + e, acc[1] + n
-            cols[arm] = {v: e / n for v, (e, n) in total.items() if n}
-    if len(cols) < 2:
-        return
-    print(f"\n| voice ({name}) | " + " | ".join(f"{a} CER %" for a in cols) + " |")
-    print("|---|" + "---:|" * len(cols))
-    for v in sorted(cols["start"]):
-        print(f"| {v} | " + " | ".join(_pct(c.get(v)) for c in cols.values()) + " |")
-
-
-def print_dynamics(work: Path, runs: list[str]) -> None:
-    """What each RL run saw (its metrics.jsonl): the share of groups whose rewards tied (dropped by
-    dynamic filtering and sampled again, AQA-TTRL's resampling), over the first and the last tenth of
-    the updates; the mean reward there; the policy's entropy; the wall minutes of its updates."""
-    rows = []
-    for name in runs:
-        path = work / name / "metrics.jsonl"
-        if not path.is_file():
-            continue
-        steps = [r for r in map(json.loads, path.read_text().splitlines()) if "rollout/groups_seen" in r]
-        if not steps:
-            continue
-        k = max(1, len(steps) // 10)
-
-        def tied(part):
-            seen = sum(r["rollout/groups_seen"] for r in part)
-            return sum(r.get("rollout/groups_filtered", 0) for r in part) / max(seen, 1)
-
-        def mean(part, key):
-            vals = [r[key] for r in part if r.get(key) is not None]
-            return sum(vals) / len(vals) if vals else float("nan")
-
-        rows.append(f"| {name} | {len(steps)} | {100 * tied(steps[:k]):.0f} -> {100 * tied(steps[-k:]):.0f} | "
-                    f"{mean(steps[:k], 'reward/mean'):.3f} -> {mean(steps[-k:], 'reward/mean'):.3f} | "
-                    f"{mean(steps[:k], 'policy/entropy'):.3f} -> {mean(steps[-k:], 'policy/entropy'):.3f} | "
-                    f"{sum(r.get('time/step', 0) for r in steps) / 60:.1f} |")
-    if rows:
-        print("\n| run | updates | tied groups %, first -> last tenth | reward mean | entropy | minutes |")
-        print("|---|---:|---|---|---|---:|")
-        print("\n".join(rows))
-
-
-def _curve_point(rep: dict) -> dict:
-    m = rep["test_sets"]
-    return {"dev_cer": m["target_dev"]["cer"], "test_cer": m["target_test"]["cer"],
-            "dev_reward": m["target_dev"].get("verifier_mean_reward"),
-            "test_reward": m["target_test"].get("verifier_mean_reward")}
-
-
-def print_curves(curves: dict[str, list[dict]], start: dict) -> None:
-    """The learning curves, and the checkpoint each criterion chooses (its target test CER): dev CER
-    (labelled), the verifier's mean reward on the dev audio (held out, label-free) and on the test audio."""
-    print("\n| run | update | target dev CER % | target test CER % | verifier reward dev | verifier reward test |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, points in curves.items():
-        for pt in [{"step": 0, **_curve_point(start)}, *points]:
-            print(f"| {name} | {pt['step']} | {_pct(pt['dev_cer'])} | {_pct(pt['test_cer'])} | "
-                  f"{pt['dev_reward'] or 0:.3f} | {pt['test_reward'] or 0:.3f} |")
-    print("\n| run | chosen by dev CER: update, test CER % | by verifier reward on dev audio | on test audio |")
-    print("|---|---|---|---|")
-    for name, points in curves.items():
-        pts = [{"step": 0, **_curve_point(start)}, *points]
-        picks = [min(pts, key=lambda q: q["dev_cer"]), max(pts, key=lambda q: q["dev_reward"] or 0),
-                 max(pts, key=lambda q: q["test_reward"] or 0)]
-        print(f"| {name} | " + " | ".join(f"{q['step']}, {_pct(q['test_cer'])}" for q in picks) + " |")
 
 
 def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list[int], arms: list[str],
@@ -386,16 +294,16 @@ def summarise(args, evals: Path, reports: dict, label_seconds: dict, seeds: list
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, rep in reports.items():
         for s, m in rep["test_sets"].items():
-            print(f"| {name} | {s} | {_pct(m.get('cer'))} | {_pct(m.get('insertion_rate'))} | {_pct(m.get('loop_rate'))} | "
-                  f"{_pct(m.get('keyword_error_rate'))} | {_pct(m.get('verifier_pass_rate'))} | "
-                  f"{_pct(m.get('nonspeech_hallucination_rate'))} | {m.get('rtf') or 0:.3f} |")
+            print(f"| {name} | {s} | {pct(m.get('cer'))} | {pct(m.get('insertion_rate'))} | {pct(m.get('loop_rate'))} | "
+                  f"{pct(m.get('keyword_error_rate'))} | {pct(m.get('verifier_pass_rate'))} | "
+                  f"{pct(m.get('nonspeech_hallucination_rate'))} | {m.get('rtf') or 0:.3f} |")
     print("\n| model | target test CER % en / zh | keyword error % (target test): digits en / zh, names en / zh |")
     print("|---|---|---|")
     for name, rep in reports.items():
         per = rep["test_sets"]["target_test"].get("per_language") or {}
         kinds = keyword_kinds(evals / name)
-        print(f"| {name} | {_pct((per.get('en') or {}).get('cer'))} / {_pct((per.get('zh') or {}).get('cer'))} | "
-              + " / ".join(_pct(kinds.get(k)) for k in ("digit_en", "digit_zh", "name_en", "name_zh")) + " |")
+        print(f"| {name} | {pct((per.get('en') or {}).get('cer'))} / {pct((per.get('zh') or {}).get('cer'))} | "
+              + " / ".join(pct(kinds.get(k)) for k in ("digit_en", "digit_zh", "name_en", "name_zh")) + " |")
     main_arm = "rl_verifier_listening"
     pairs = [("start", a) for a in arms] + [(c, main_arm) for c in ("self_train", "best_of_n", "suta", "rerank", "rl_verifier")
                                             if c in arms and main_arm in arms and c != main_arm]
@@ -455,9 +363,6 @@ def pool_compare(evals: Path, a: str, b: str, seeds: list[int]) -> dict:
              and (folder(b, s) / "report.json").is_file()]
     return pooled_compare(pairs) if pairs else {}
 
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
 
 
 if __name__ == "__main__":

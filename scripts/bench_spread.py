@@ -9,7 +9,8 @@ per set, each run's relative CER change with its own paired-bootstrap interval a
 runs pooled into one paired bootstrap (the utterance is the block, so an utterance heard by several
 runs is not counted as independent: the interval holds the spread between runs too). `--against`
 compares the arm with another arm of the same work folder and seed (e.g. `rerank`, once per start)
-instead of the start.
+instead of the start. bench_adapt.py's other analysis tables live here too: CER per voice, each
+run's dynamics, the learning curves and the checkpoint each criterion chooses.
 """
 from __future__ import annotations
 
@@ -82,6 +83,103 @@ def main() -> None:
             continue
         cells = [interval(e.get(s)) for e in each]
         print(f"| {s} | " + " | ".join(cells) + f" | {interval(pooled[s])} |")
+
+
+def voice_errors(eval_folder: Path, name: str = "target_test") -> dict[str, list[int]]:
+    """Character errors and reference characters per voice (the speaker's espeak variant) on a set."""
+    from asr_rl.rewards.normalize import char_errors
+
+    out: dict[str, list[int]] = {}
+    for line in (eval_folder / f"{name}.hyps.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        voice = f"{(r.get('speaker') or '?').split('+')[-1].split(':')[0]} ({r['language']})"
+        s, d, i, n = char_errors(r["reference"], r["hypothesis"])
+        acc = out.setdefault(voice, [0, 0])
+        acc[0], acc[1] = acc[0] + s + d + i, acc[1] + n
+    return out
+
+
+def print_voices(evals: Path, arms: list[str], seeds: list[int], name: str = "target_test") -> None:
+    """CER per voice of `name` (each voice is heard only there: pool, dev and test voices differ), the
+    start beside each arm (its seeds' errors pooled)."""
+    cols = {}
+    for arm in arms:
+        folders = [evals / "start"] if arm == "start" else [evals / f"{arm}_s{s}" for s in seeds]
+        folders = [f for f in folders if (f / f"{name}.hyps.jsonl").is_file()]
+        if folders:
+            total: dict[str, list[int]] = {}
+            for f in folders:
+                for v, (e, n) in voice_errors(f, name).items():
+                    acc = total.setdefault(v, [0, 0])
+                    acc[0], acc[1] = acc[0] + e, acc[1] + n
+            cols[arm] = {v: e / n for v, (e, n) in total.items() if n}
+    if len(cols) < 2:
+        return
+    print(f"\n| voice ({name}) | " + " | ".join(f"{a} CER %" for a in cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for v in sorted(cols["start"]):
+        print(f"| {v} | " + " | ".join(pct(c.get(v)) for c in cols.values()) + " |")
+
+
+def print_dynamics(work: Path, runs: list[str]) -> None:
+    """What each RL run saw (its metrics.jsonl): the share of groups whose rewards tied (dropped by
+    dynamic filtering and sampled again, AQA-TTRL's resampling), over the first and the last tenth of
+    the updates; the mean reward there; the policy's entropy; the wall minutes of its updates."""
+    rows = []
+    for name in runs:
+        path = work / name / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        steps = [r for r in map(json.loads, path.read_text().splitlines()) if "rollout/groups_seen" in r]
+        if not steps:
+            continue
+        k = max(1, len(steps) // 10)
+
+        def tied(part):
+            seen = sum(r["rollout/groups_seen"] for r in part)
+            return sum(r.get("rollout/groups_filtered", 0) for r in part) / max(seen, 1)
+
+        def mean(part, key):
+            vals = [r[key] for r in part if r.get(key) is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+
+        rows.append(f"| {name} | {len(steps)} | {100 * tied(steps[:k]):.0f} -> {100 * tied(steps[-k:]):.0f} | "
+                    f"{mean(steps[:k], 'reward/mean'):.3f} -> {mean(steps[-k:], 'reward/mean'):.3f} | "
+                    f"{mean(steps[:k], 'policy/entropy'):.3f} -> {mean(steps[-k:], 'policy/entropy'):.3f} | "
+                    f"{sum(r.get('time/step', 0) for r in steps) / 60:.1f} |")
+    if rows:
+        print("\n| run | updates | tied groups %, first -> last tenth | reward mean | entropy | minutes |")
+        print("|---|---:|---|---|---|---:|")
+        print("\n".join(rows))
+
+
+def curve_point(rep: dict) -> dict:
+    m = rep["test_sets"]
+    return {"dev_cer": m["target_dev"]["cer"], "test_cer": m["target_test"]["cer"],
+            "dev_reward": m["target_dev"].get("verifier_mean_reward"),
+            "test_reward": m["target_test"].get("verifier_mean_reward")}
+
+
+def print_curves(curves: dict[str, list[dict]], start: dict) -> None:
+    """The learning curves, and the checkpoint each criterion chooses (its target test CER): dev CER
+    (labelled), the verifier's mean reward on the dev audio (held out, label-free) and on the test audio."""
+    print("\n| run | update | target dev CER % | target test CER % | verifier reward dev | verifier reward test |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, points in curves.items():
+        for pt in [{"step": 0, **curve_point(start)}, *points]:
+            print(f"| {name} | {pt['step']} | {pct(pt['dev_cer'])} | {pct(pt['test_cer'])} | "
+                  f"{pt['dev_reward'] or 0:.3f} | {pt['test_reward'] or 0:.3f} |")
+    print("\n| run | chosen by dev CER: update, test CER % | by verifier reward on dev audio | on test audio |")
+    print("|---|---|---|---|")
+    for name, points in curves.items():
+        pts = [{"step": 0, **curve_point(start)}, *points]
+        picks = [min(pts, key=lambda q: q["dev_cer"]), max(pts, key=lambda q: q["dev_reward"] or 0),
+                 max(pts, key=lambda q: q["test_reward"] or 0)]
+        print(f"| {name} | " + " | ".join(f"{q['step']}, {pct(q['test_cer'])}" for q in picks) + " |")
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
 
 
 if __name__ == "__main__":
